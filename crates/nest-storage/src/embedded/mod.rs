@@ -172,7 +172,9 @@ fn open_database(dir: &Path, file: &Path, config: &Config) -> Result<Database> {
         Ok(Err(DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch)) => {
             Err(Error::Locked { path: dir.to_path_buf() })
         }
-        Ok(Err(DatabaseError::Storage(StorageError::Io(e)))) => Err(Error::backend("opening the database", e)),
+        Ok(Err(DatabaseError::Storage(StorageError::Io(e)))) if e.kind() != std::io::ErrorKind::InvalidData => {
+            Err(Error::backend("opening the database", e))
+        }
         Ok(Err(e)) => Err(Error::Corrupt { path: dir.to_path_buf(), detail: e.to_string() }),
         Err(_) => Err(Error::Corrupt { path: dir.to_path_buf(), detail: "the database file is damaged".into() }),
     }
