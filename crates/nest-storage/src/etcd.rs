@@ -25,6 +25,9 @@ use crate::{
     check_key, check_write, prefix_end,
 };
 
+/// Items asked of etcd per request when listing.
+const LIST_PAGE: usize = 500;
+
 /// Settings of an [`EtcdStore`].
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -115,45 +118,51 @@ impl Store for EtcdStore {
     }
 
     async fn list(&self, prefix: &[u8], options: ListOptions) -> Result<ListResult> {
-        let start = match &options.start_after {
-            Some(after) if after.as_ref() >= prefix => {
-                let mut start = after.to_vec();
-                start.push(0);
-                start
-            }
+        // etcd-client cannot raise gRPC's 4 MiB response limit, so a list is read in pages, all at the revision of
+        // the first; a page too large for the limit is asked for again at half the size.
+        let end = prefix_end(prefix);
+        let mut start = match &options.start_after {
+            Some(after) if after.as_ref() >= prefix => [after.as_ref(), &[0]].concat(),
             _ => prefix.to_vec(),
         };
-        let mut get = match prefix_end(prefix) {
-            Some(end) => GetOptions::new().with_range(end),
-            None => GetOptions::new().with_from_key(),
-        };
-        if let Some(limit) = options.limit {
-            // etcd treats 0 as "no limit"; a request for no items still reads one to learn whether more exist.
-            get = get.with_limit(i64::try_from(limit.max(1)).unwrap_or(i64::MAX));
-        }
-        let requested = match options.revision {
+        let mut pinned = match options.revision {
             ReadAt::Latest => None,
-            ReadAt::Revision(at) => {
-                get = get.with_revision(signed(at));
-                Some(at)
-            }
+            ReadAt::Revision(at) => Some(at),
         };
-        let response = self
-            .client
-            .kv_client()
-            .get(start, Some(get))
-            .await
-            .map_err(|e| etcd_error("listing from etcd", requested, e))?;
-        let mut items: Vec<KeyValue> = response.kvs().iter().map(item).collect();
-        let mut more = response.more();
-        if let Some(limit) = options.limit
-            && items.len() > limit
-        {
-            items.truncate(limit);
-            more = true;
+        let limit = options.limit.unwrap_or(usize::MAX);
+        let mut page_size = LIST_PAGE;
+        let mut items = Vec::new();
+        loop {
+            let wanted = page_size.min(limit - items.len()).max(1);
+            let mut get = match &end {
+                Some(end) => GetOptions::new().with_range(end.clone()),
+                None => GetOptions::new().with_from_key(),
+            }
+            .with_limit(i64::try_from(wanted).unwrap_or(i64::MAX));
+            if let Some(at) = pinned {
+                get = get.with_revision(signed(at));
+            }
+            let response = match self.client.kv_client().get(start.clone(), Some(get)).await {
+                Ok(response) => response,
+                Err(etcd_client::Error::GRpcStatus(status))
+                    if status.message().contains("message length too large") && page_size > 1 =>
+                {
+                    page_size /= 2;
+                    continue;
+                }
+                Err(e) => return Err(etcd_error("listing from etcd", pinned, e)),
+            };
+            let at = *pinned.get_or_insert_with(|| header_revision(response.header()));
+            let more = response.more();
+            items.extend(response.kvs().iter().map(item));
+            if items.len() >= limit || !more {
+                // A page that stopped exactly at the limit may still have more behind it.
+                let more = (more || items.len() > limit) && items.len() >= limit;
+                items.truncate(limit);
+                return Ok(ListResult { items, revision: at, more });
+            }
+            start = [items.last().map(|kv| kv.key.as_ref()).unwrap_or_default(), &[0]].concat();
         }
-        let revision = requested.unwrap_or_else(|| header_revision(response.header()));
-        Ok(ListResult { items, revision, more })
     }
 
     async fn create(&self, key: &[u8], value: Bytes) -> Result<KeyValue> {

@@ -123,6 +123,30 @@ async fn list_and_count(b: Backend) {
     assert!(matches!(result, Err(Error::FutureRevision { .. })), "{result:?}");
 }
 
+/// A list bigger than one response may carry (etcd's gRPC limit is 4 MiB) still comes back whole.
+async fn a_large_list_comes_back_whole(b: Backend) {
+    let s = b.store.clone();
+    let value = Bytes::from(vec![b'v'; 8 * 1024]);
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let (s, value, prefix) = (s.clone(), value.clone(), b.prefix.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (w..1200).step_by(8) {
+                s.create(format!("{prefix}{i:04}").as_bytes(), value.clone()).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let all = s.list(&b.key(""), ListOptions::default()).await.unwrap();
+    assert_eq!(all.items.len(), 1200);
+    assert!(all.items.windows(2).all(|w| w[0].key < w[1].key));
+    assert!(!all.more);
+    let page = s.list(&b.key(""), ListOptions { limit: Some(700), ..Default::default() }).await.unwrap();
+    assert_eq!((page.items.len(), page.more), (700, true));
+}
+
 async fn pagination_reads_one_pinned_revision_while_writes_continue(b: Backend) {
     let s = b.store.clone();
     let mut original = BTreeMap::new();
@@ -433,6 +457,10 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn list_and_count() {
                 super::list_and_count($open().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_large_list_comes_back_whole() {
+                super::a_large_list_comes_back_whole($open().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn pagination_reads_one_pinned_revision_while_writes_continue() {

@@ -55,9 +55,10 @@ fn acknowledged_writes_survive_sigkill() {
         });
         // Let it write for a random while after its first acknowledgement, then kill it mid-flight.
         let mut lines = Vec::new();
-        let first = rx.recv_timeout(Duration::from_secs(60)).expect("the child acknowledges writes");
-        lines.push(first);
-        let deadline = Instant::now() + Duration::from_millis(fastrand::u64(50..700));
+        while !lines.last().is_some_and(|line: &String| line.starts_with("ack ")) {
+            lines.push(rx.recv_timeout(Duration::from_secs(60)).expect("the child acknowledges writes"));
+        }
+        let deadline = Instant::now() + Duration::from_millis(fastrand::u64(50..1500));
         while Instant::now() < deadline {
             if let Ok(line) = rx.recv_timeout(Duration::from_millis(5)) {
                 lines.push(line);

@@ -1,20 +1,18 @@
 //! The tables of the embedded store and how their values are laid out.
 //!
-//! - `kv`: key → the latest item (`create_revision`, `mod_revision`, value). Serves `get`, `count` and lists at the
-//!   latest revision.
-//! - `history`: (key, revision) → that version of the key (a put with its value, or a tombstone). Serves lists at an
-//!   older revision and the values of replayed watch events. Compaction prunes it.
+//! - `history`: (key, revision) → that version of the key (a put with its value, or a tombstone). The newest version
+//!   of a key is its current state, so this one table serves `get`, `list` at any retained revision, `count` and the
+//!   values of replayed watch events; each value is stored once. Compaction prunes old versions.
 //! - `log`: revision → (put or delete, key). One row per revision, so a watch resumes by scanning a revision range.
 //! - `meta`: the current revision and the compaction point.
 //!
 //! Integers are little-endian; lengths are implied by the row's size.
 
 use bytes::Bytes;
-use redb::TableDefinition;
+use redb::{ReadableTable, TableDefinition};
 
 use crate::{EventKind, KeyValue, Revision};
 
-pub(crate) const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 pub(crate) const HISTORY: TableDefinition<(&[u8], u64), &[u8]> = TableDefinition::new("history");
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -24,28 +22,6 @@ pub(crate) const META_COMPACTED: &str = "compacted";
 
 const TAG_TOMBSTONE: u8 = 0;
 const TAG_PUT: u8 = 1;
-
-/// A `kv` row: create revision, mod revision, value.
-pub(crate) fn encode_item(create: Revision, modified: Revision, value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + value.len());
-    out.extend_from_slice(&create.0.to_le_bytes());
-    out.extend_from_slice(&modified.0.to_le_bytes());
-    out.extend_from_slice(value);
-    out
-}
-
-/// Reads a `kv` row back into an item.
-pub(crate) fn decode_item(key: &[u8], row: &[u8]) -> Option<KeyValue> {
-    if row.len() < 16 {
-        return None;
-    }
-    Some(KeyValue {
-        key: Bytes::copy_from_slice(key),
-        create_revision: Revision(u64::from_le_bytes(row[0..8].try_into().ok()?)),
-        mod_revision: Revision(u64::from_le_bytes(row[8..16].try_into().ok()?)),
-        value: Bytes::copy_from_slice(&row[16..]),
-    })
-}
 
 /// One version of a key in `history`.
 #[derive(Debug, PartialEq, Eq)]
@@ -84,6 +60,74 @@ pub(crate) fn decode_version(row: &[u8]) -> Option<Version> {
     }
 }
 
+/// The newest version of `key` at or before `at`, if the key existed then.
+pub(crate) fn item_at(
+    history: &impl ReadableTable<(&'static [u8], u64), &'static [u8]>,
+    key: &[u8],
+    at: Revision,
+) -> Result<Option<KeyValue>, redb::Error> {
+    let Some(row) = history.range((key, 0)..=(key, at.0))?.next_back() else { return Ok(None) };
+    let (id, row) = row?;
+    match decode_version(row.value()).ok_or_else(|| malformed("history"))? {
+        Version::Put { create_revision, value } => Ok(Some(KeyValue {
+            key: Bytes::copy_from_slice(key),
+            value,
+            create_revision,
+            mod_revision: Revision(id.value().1),
+        })),
+        Version::Tombstone { .. } => Ok(None),
+    }
+}
+
+/// Visits, in key order, every key in `[start, end)` that exists at revision `at`, with its newest version then.
+/// Stops early when `visit` returns `false`.
+pub(crate) fn scan_at(
+    history: &impl ReadableTable<(&'static [u8], u64), &'static [u8]>,
+    start: &[u8],
+    end: Option<&[u8]>,
+    at: Revision,
+    mut visit: impl FnMut(&[u8], Revision, &[u8]) -> bool,
+) -> Result<(), redb::Error> {
+    let range = match end {
+        Some(end) => history.range((start, 0)..(end, 0))?,
+        None => history.range((start, 0)..)?,
+    };
+    // Rows come sorted by key, then revision: remember the newest row at or before `at` of the key being scanned and
+    // hand it over when the next key starts. The buffers are reused from key to key.
+    let (mut key, mut row, mut revision) = (Vec::new(), Vec::new(), None::<u64>);
+    let mut scanning = false;
+    for entry in range {
+        let (id, value) = entry?;
+        let (k, rev) = id.value();
+        if !scanning || key != k {
+            if let Some(rev) = revision.take()
+                && row.first() == Some(&TAG_PUT)
+                && !visit(&key, Revision(rev), &row)
+            {
+                return Ok(());
+            }
+            key.clear();
+            key.extend_from_slice(k);
+            scanning = true;
+        }
+        if rev <= at.0 {
+            row.clear();
+            row.extend_from_slice(value.value());
+            revision = Some(rev);
+        }
+    }
+    if let Some(rev) = revision
+        && row.first() == Some(&TAG_PUT)
+    {
+        visit(&key, Revision(rev), &row);
+    }
+    Ok(())
+}
+
+pub(crate) fn malformed(table: &str) -> redb::Error {
+    redb::Error::Corrupted(format!("malformed row in table {table}"))
+}
+
 /// A `log` row: the kind of change, then the key.
 pub(crate) fn encode_log(kind: EventKind, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + key.len());
@@ -110,11 +154,6 @@ mod tests {
 
     #[test]
     fn rows_round_trip() {
-        let item = decode_item(b"/k", &encode_item(Revision(3), Revision(9), b"value")).unwrap();
-        assert_eq!(
-            (item.create_revision, item.mod_revision, &item.value[..]),
-            (Revision(3), Revision(9), &b"value"[..])
-        );
         assert_eq!(
             decode_version(&encode_put_version(Revision(4), b"v")),
             Some(Version::Put { create_revision: Revision(4), value: Bytes::from_static(b"v") })
@@ -128,7 +167,6 @@ mod tests {
 
     #[test]
     fn short_or_unknown_rows_are_rejected_not_misread() {
-        assert!(decode_item(b"/k", &[0; 15]).is_none());
         assert!(decode_version(&[7; 9]).is_none());
         assert!(decode_version(&[1; 3]).is_none());
         assert!(decode_log(&[]).is_none());

@@ -1,13 +1,14 @@
 //! The embedded backend: one directory holding a redb database, no server to run.
 //!
 //! Reads open a redb read transaction (a consistent snapshot) on the caller's task. Writes go to one sequencer
-//! thread ([`writer`]) that batches concurrent writers into one durable commit; only after that commit is a write
-//! acknowledged. Watches replay history from the `log` table, then switch to live events from the [hub](crate::hub)
+//! thread ([`writer`]) that batches concurrent writers into one commit, made durable by one synced append to a
+//! write-ahead log ([`wal`]); only then is a write acknowledged. Watches replay history from the `log` table, then switch to live events from the [hub](crate::hub)
 //! without a gap ([`watch`]).
 //!
 //! The layout of the tables is in [`codec`].
 
 mod codec;
+mod wal;
 mod watch;
 mod writer;
 
@@ -20,11 +21,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redb::{Database, DatabaseError, ReadTransaction, ReadableDatabase, ReadableTable, StorageError};
+use redb::{Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, ReadableTable, StorageError};
 use tokio::sync::oneshot;
 
-use self::codec::{HISTORY, KV, META, META_COMPACTED, META_REVISION, Version};
-use self::writer::{Op, Request, Writer, Written, corrupt_row};
+use self::codec::{HISTORY, META, META_COMPACTED, META_REVISION, Version};
+use self::wal::Wal;
+use self::writer::{Op, Request, Tables, Writer, Written};
 use crate::hub::Hub;
 use crate::{
     Deleted, Error, KeyValue, ListOptions, ListResult, ReadAt, Result, Revision, Store, WatchStream, check_key,
@@ -33,6 +35,8 @@ use crate::{
 
 /// The database file inside the data directory.
 pub const DATABASE_FILE: &str = "nest.redb";
+/// The write-ahead log file inside the data directory.
+pub const WAL_FILE: &str = wal::WAL_FILE;
 
 /// Settings of an [`EmbeddedStore`].
 #[derive(Clone, Debug)]
@@ -50,6 +54,10 @@ pub struct Config {
     pub cache_size: usize,
     /// Verify every page's checksum when opening, so a damaged file is reported instead of trusted.
     pub verify_on_open: bool,
+    /// How often redb itself is made durable and the write-ahead log emptied.
+    pub checkpoint_interval: Duration,
+    /// Checkpoint sooner when the write-ahead log grows past this many bytes.
+    pub checkpoint_bytes: u64,
 }
 
 impl Default for Config {
@@ -61,6 +69,8 @@ impl Default for Config {
             max_batch: 1024,
             cache_size: 64 * 1024 * 1024,
             verify_on_open: true,
+            checkpoint_interval: Duration::from_secs(1),
+            checkpoint_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -124,14 +134,20 @@ impl EmbeddedStore {
         std::fs::create_dir_all(&dir).map_err(|e| Error::backend("creating the data directory", e))?;
         let file = dir.join(DATABASE_FILE);
         let db = open_database(&dir, &file, &config)?;
-        let (revision, compacted) = init_tables(&db).map_err(|e| classify(&dir, e))?;
+        let (durable, compacted) = init_tables(&db).map_err(|e| classify(&dir, e))?;
+        let (mut wal, logged) = Wal::open(&dir).map_err(|e| Error::backend("reading the write-ahead log", e))?;
+        let revision = replay(&db, durable, &logged).map_err(|e| classify(&dir, e))?;
+        if revision != durable {
+            tracing::info!(from = %durable, to = %revision, "embedded store: replayed the write-ahead log");
+        }
+        wal.reset().map_err(|e| Error::backend("emptying the write-ahead log", e))?;
         let shared = Arc::new(Shared {
             db,
             hub: Hub::new(revision, config.watch_buffer),
             compacted: AtomicU64::new(compacted.0),
         });
         let (tx, rx) = mpsc::channel();
-        let writer = Writer::new(shared.clone(), config, revision, compacted);
+        let writer = Writer::new(shared.clone(), config, wal, revision, compacted);
         let writer = std::thread::Builder::new()
             .name("nest-store-writer".into())
             .spawn(move || writer.run(rx))
@@ -184,7 +200,6 @@ fn open_database(dir: &Path, file: &Path, config: &Config) -> Result<Database> {
 fn init_tables(db: &Database) -> Result<(Revision, Revision), redb::Error> {
     let txn = db.begin_write()?;
     let (revision, compacted) = {
-        txn.open_table(KV)?;
         txn.open_table(HISTORY)?;
         txn.open_table(codec::LOG)?;
         let meta = txn.open_table(META)?;
@@ -194,6 +209,33 @@ fn init_tables(db: &Database) -> Result<(Revision, Revision), redb::Error> {
     };
     txn.commit()?;
     Ok((revision, compacted))
+}
+
+/// Applies the logged changes redb does not have yet (those after its durable revision), durably; returns the
+/// revision the store continues from.
+fn replay(db: &Database, durable: Revision, logged: &[crate::Event]) -> Result<Revision, redb::Error> {
+    let missing: Vec<_> = logged.iter().filter(|event| event.revision > durable).collect();
+    let Some(last) = missing.last() else { return Ok(durable) };
+    for (expected, event) in (durable.0 + 1..).zip(&missing) {
+        if event.revision.0 != expected {
+            return Err(redb::Error::Corrupted(format!(
+                "the write-ahead log skips from revision {} to {}",
+                expected - 1,
+                event.revision
+            )));
+        }
+    }
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    {
+        let mut tables = Tables::open(&txn)?;
+        for event in &missing {
+            tables.record(event)?;
+        }
+        tables.meta.insert(META_REVISION, last.revision.0)?;
+    }
+    txn.commit()?;
+    Ok(last.revision)
 }
 
 fn classify(dir: &Path, error: redb::Error) -> Error {
@@ -231,65 +273,39 @@ fn list_start(prefix: &[u8], start_after: Option<&Bytes>) -> (Vec<u8>, Option<Ve
     }
 }
 
-/// Lists at the latest revision from the `kv` table.
-fn list_latest(txn: &ReadTransaction, prefix: &[u8], options: &ListOptions) -> Result<(Vec<KeyValue>, bool)> {
-    let kv = txn.open_table(KV).map_err(read_error)?;
-    let (start, end) = list_start(prefix, options.start_after.as_ref());
-    let range = match &end {
-        Some(end) => kv.range::<&[u8]>(&start[..]..&end[..]),
-        None => kv.range::<&[u8]>(&start[..]..),
-    }
-    .map_err(read_error)?;
-    let limit = options.limit.unwrap_or(usize::MAX);
-    let mut items = Vec::new();
-    for row in range {
-        let (key, row) = row.map_err(read_error)?;
-        if items.len() == limit {
-            return Ok((items, true));
-        }
-        items.push(codec::decode_item(key.value(), row.value()).ok_or_else(|| read_error(corrupt_row("kv")))?);
-    }
-    Ok((items, false))
-}
-
-/// Lists at an older revision from the `history` table: for each key, its newest version at or before `at`.
+/// Lists the keys under `prefix` as they were at revision `at`.
 fn list_at(txn: &ReadTransaction, prefix: &[u8], options: &ListOptions, at: Revision) -> Result<(Vec<KeyValue>, bool)> {
     let history = txn.open_table(HISTORY).map_err(read_error)?;
     let (start, end) = list_start(prefix, options.start_after.as_ref());
-    let range = match &end {
-        Some(end) => history.range((&start[..], 0)..(&end[..], 0)),
-        None => history.range((&start[..], 0)..),
-    }
-    .map_err(read_error)?;
     let limit = options.limit.unwrap_or(usize::MAX);
     let mut items = Vec::new();
-    // Rows come sorted by key, then revision. For the key being scanned, keep its newest version at or before `at`;
-    // emit it when the next key starts.
-    let mut scanning: Option<Bytes> = None;
-    let mut newest: Option<(u64, Version)> = None;
-    let emit = |key: Option<Bytes>, newest: Option<(u64, Version)>, items: &mut Vec<KeyValue>| {
-        if let (Some(key), Some((rev, Version::Put { create_revision, value }))) = (key, newest) {
-            items.push(KeyValue { key, value, create_revision, mod_revision: Revision(rev) });
+    let mut more = false;
+    let mut malformed = false;
+    codec::scan_at(&history, &start, end.as_deref(), at, |key, revision, row| {
+        if items.len() == limit {
+            more = true;
+            return false;
         }
-    };
-    for row in range {
-        let (id, row) = row.map_err(read_error)?;
-        let (key, rev) = id.value();
-        if scanning.as_deref() != Some(key) {
-            emit(scanning.take(), newest.take(), &mut items);
-            if items.len() > limit {
-                break;
+        match codec::decode_version(row) {
+            Some(Version::Put { create_revision, value }) => {
+                items.push(KeyValue {
+                    key: Bytes::copy_from_slice(key),
+                    value,
+                    create_revision,
+                    mod_revision: revision,
+                });
+                true
             }
-            scanning = Some(Bytes::copy_from_slice(key));
+            _ => {
+                malformed = true;
+                false
+            }
         }
-        if rev <= at.0 {
-            let version = codec::decode_version(row.value()).ok_or_else(|| read_error(corrupt_row("history")))?;
-            newest = Some((rev, version));
-        }
+    })
+    .map_err(read_error)?;
+    if malformed {
+        return Err(read_error(codec::malformed("history")));
     }
-    emit(scanning, newest, &mut items);
-    let more = items.len() > limit;
-    items.truncate(limit);
     Ok((items, more))
 }
 
@@ -298,31 +314,21 @@ impl Store for EmbeddedStore {
     async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
         check_key(key)?;
         let txn = self.shared.read()?;
-        let kv = txn.open_table(KV).map_err(read_error)?;
-        let Some(row) = kv.get(key).map_err(read_error)? else { return Ok(None) };
-        Ok(Some(codec::decode_item(key, row.value()).ok_or_else(|| read_error(corrupt_row("kv")))?))
+        let history = txn.open_table(HISTORY).map_err(read_error)?;
+        codec::item_at(&history, key, Revision(u64::MAX)).map_err(read_error)
     }
 
     async fn list(&self, prefix: &[u8], options: ListOptions) -> Result<ListResult> {
         let txn = self.shared.read()?;
         let (current, compacted) = read_meta(&txn)?;
-        let (items, more, revision) = match options.revision {
-            ReadAt::Revision(at) if at > current => {
-                return Err(Error::FutureRevision { requested: at });
-            }
-            ReadAt::Revision(at) if at < compacted => {
-                return Err(Error::Compacted { requested: at });
-            }
-            ReadAt::Revision(at) if at < current => {
-                let (items, more) = list_at(&txn, prefix, &options, at)?;
-                (items, more, at)
-            }
-            _ => {
-                let (items, more) = list_latest(&txn, prefix, &options)?;
-                (items, more, current)
-            }
+        let at = match options.revision {
+            ReadAt::Latest => current,
+            ReadAt::Revision(at) if at > current => return Err(Error::FutureRevision { requested: at }),
+            ReadAt::Revision(at) if at < compacted => return Err(Error::Compacted { requested: at }),
+            ReadAt::Revision(at) => at,
         };
-        Ok(ListResult { items, revision, more })
+        let (items, more) = list_at(&txn, prefix, &options, at)?;
+        Ok(ListResult { items, revision: at, more })
     }
 
     async fn create(&self, key: &[u8], value: Bytes) -> Result<KeyValue> {
@@ -360,17 +366,13 @@ impl Store for EmbeddedStore {
 
     async fn count(&self, prefix: &[u8]) -> Result<u64> {
         let txn = self.shared.read()?;
-        let kv = txn.open_table(KV).map_err(read_error)?;
-        let range = match prefix_end(prefix) {
-            Some(end) => kv.range::<&[u8]>(prefix..&end[..]),
-            None => kv.range::<&[u8]>(prefix..),
-        }
-        .map_err(read_error)?;
+        let history = txn.open_table(HISTORY).map_err(read_error)?;
         let mut count = 0;
-        for row in range {
-            row.map_err(read_error)?;
+        codec::scan_at(&history, prefix, prefix_end(prefix).as_deref(), Revision(u64::MAX), |_, _, _| {
             count += 1;
-        }
+            true
+        })
+        .map_err(read_error)?;
         Ok(count)
     }
 

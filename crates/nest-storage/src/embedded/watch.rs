@@ -114,7 +114,7 @@ impl Watcher {
         for row in log.range(next.0..=end).map_err(read_error)? {
             let (rev, row) = row.map_err(read_error)?;
             let rev = rev.value();
-            let (kind, key) = codec::decode_log(row.value()).ok_or_else(|| read_error(super::corrupt_row("log")))?;
+            let (kind, key) = codec::decode_log(row.value()).ok_or_else(|| read_error(codec::malformed("log")))?;
             if !key.starts_with(&self.prefix) {
                 continue;
             }
@@ -131,7 +131,7 @@ impl Watcher {
             };
             let Some(Version::Put { create_revision, value }) = version.as_deref().and_then(codec::decode_version)
             else {
-                return Err(read_error(super::corrupt_row("history")));
+                return Err(read_error(codec::malformed("history")));
             };
             if rev >= self.from.0 {
                 self.replayed.push_back(Event {

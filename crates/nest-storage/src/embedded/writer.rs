@@ -1,22 +1,25 @@
 //! The sequencer of the embedded store: one thread that owns every write.
 //!
 //! Writers send requests over a channel and wait for the reply. The thread takes whatever requests are waiting
-//! (up to `max_batch`), applies them in one redb write transaction, commits it durably (one fsync for the whole
-//! batch: group commit), then publishes the batch's events to the watch hub and answers every request. Because one
-//! thread assigns revisions and publishes, revisions are gapless and watchers see them in commit order.
+//! (up to `max_batch`) and applies them in one redb write transaction. It appends the batch's changes to the
+//! [write-ahead log](super::wal) and syncs it (one `fdatasync` for the whole batch: group commit), commits the redb
+//! transaction without a sync, publishes the events to the watch hub and answers every request. Because one thread
+//! assigns revisions and publishes, revisions are gapless and watchers see them in commit order.
 //!
-//! When no write is waiting, the thread compacts history in bounded slices, so compaction never holds writers up
-//! for long.
+//! Every `checkpoint_interval` (or sooner when the log grows past `checkpoint_bytes`) it makes redb durable with one
+//! synced commit and empties the log. When no write is waiting, it compacts history in bounded slices, so
+//! compaction never holds writers up for long.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{Durability, ReadableTable, Table, WriteTransaction};
 use tokio::sync::oneshot;
 
-use super::codec::{self, HISTORY, KV, LOG, META, META_COMPACTED, META_REVISION};
+use super::codec::{self, HISTORY, LOG, META, META_COMPACTED, META_REVISION};
+use super::wal::Wal;
 use super::{Config, Shared};
 use crate::{Deleted, Error, Event, EventKind, KeyValue, Result, Revision};
 
@@ -57,14 +60,36 @@ pub(crate) struct Writer {
     /// Callers of `compact` waiting for the compaction point to reach their revision.
     waiting: Vec<(Revision, oneshot::Sender<Result<()>>)>,
     next_auto_compaction: Instant,
+    wal: Wal,
+    next_checkpoint: Instant,
+    /// Set when redb refused a commit after the log had accepted it: memory and disk may now disagree, so no
+    /// further write is taken until the store is reopened (which replays the log).
+    failed: Option<String>,
 }
 
 type Pending = (Op, oneshot::Sender<Result<Written>>);
 
 impl Writer {
-    pub(crate) fn new(shared: Arc<Shared>, config: Config, revision: Revision, compacted: Revision) -> Writer {
-        let next_auto_compaction = Instant::now() + config.compaction_interval;
-        Writer { shared, config, revision, compacted, target: compacted, waiting: Vec::new(), next_auto_compaction }
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        config: Config,
+        wal: Wal,
+        revision: Revision,
+        compacted: Revision,
+    ) -> Writer {
+        let now = Instant::now();
+        Writer {
+            next_auto_compaction: now + config.compaction_interval,
+            next_checkpoint: now + config.checkpoint_interval,
+            shared,
+            config,
+            revision,
+            compacted,
+            target: compacted,
+            waiting: Vec::new(),
+            wal,
+            failed: None,
+        }
     }
 
     /// Serves requests until every sender is gone, then closes the hub so watchers end.
@@ -78,13 +103,17 @@ impl Writer {
                     Err(TryRecvError::Disconnected) => break,
                 }
             } else {
-                let wait = self.next_auto_compaction.saturating_duration_since(Instant::now());
+                let due = self.next_auto_compaction.min(self.next_checkpoint);
+                let wait = due.saturating_duration_since(Instant::now());
                 match requests.recv_timeout(wait.max(Duration::from_millis(1))) {
                     Ok(request) => Some(request),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
             };
+            if Instant::now() >= self.next_checkpoint || self.wal.len() >= self.config.checkpoint_bytes {
+                self.checkpoint();
+            }
             let Some(first) = first else {
                 self.compaction_step();
                 continue;
@@ -100,7 +129,29 @@ impl Writer {
                 self.commit_batch(std::mem::take(&mut batch));
             }
         }
+        // A clean stop leaves redb durable and the log empty.
+        self.checkpoint();
         self.shared.hub.close();
+    }
+
+    /// Makes everything committed so far durable in redb itself, then empties the log.
+    fn checkpoint(&mut self) {
+        self.next_checkpoint = Instant::now() + self.config.checkpoint_interval;
+        if self.wal.len() == 0 || self.failed.is_some() {
+            return;
+        }
+        let durable = (|| -> Result<(), redb::Error> {
+            let mut txn = self.shared.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            txn.open_table(META)?.insert(META_REVISION, self.revision.0)?;
+            txn.commit()?;
+            Ok(())
+        })();
+        match durable.map_err(|e| e.to_string()).and_then(|()| self.wal.reset().map_err(|e| e.to_string())) {
+            Ok(()) => tracing::debug!(revision = %self.revision, "embedded store: checkpoint"),
+            // The log still holds every write since the last checkpoint; the next one tries again.
+            Err(error) => tracing::error!(%error, "embedded store: checkpoint failed"),
+        }
     }
 
     fn take(&mut self, request: Request, batch: &mut Vec<Pending>) {
@@ -119,12 +170,21 @@ impl Writer {
         }
     }
 
-    /// Applies a batch in one transaction and commits it durably; then publishes and replies.
+    /// Applies a batch in one transaction, makes it durable through the log, commits it; then publishes and
+    /// replies.
     fn commit_batch(&mut self, batch: Vec<Pending>) {
+        if let Some(failed) = &self.failed {
+            for (_, reply) in batch {
+                let _ = reply.send(Err(Error::backend("writing", format!("the store must be reopened: {failed}"))));
+            }
+            return;
+        }
         let mut events = Vec::with_capacity(batch.len());
         let mut results = Vec::with_capacity(batch.len());
-        let outcome = (|| -> Result<Revision, redb::Error> {
-            let txn = self.shared.db.begin_write()?;
+        let applied = (|| -> Result<(WriteTransaction, Revision), redb::Error> {
+            let mut txn = self.shared.db.begin_write()?;
+            // Durability comes from the log; redb is synced at checkpoints.
+            txn.set_durability(Durability::None)?;
             let mut revision = self.revision;
             {
                 let mut tables = Tables::open(&txn)?;
@@ -135,28 +195,40 @@ impl Writer {
                     tables.meta.insert(META_REVISION, revision.0)?;
                 }
             }
-            if revision == self.revision {
-                // Every write in the batch was refused: nothing to make durable.
-                txn.abort()?;
-            } else {
-                txn.commit()?;
-            }
-            Ok(revision)
+            Ok((txn, revision))
         })();
+        let outcome = match applied {
+            // Every write in the batch was refused: nothing to make durable.
+            Ok((txn, _)) if events.is_empty() => txn.abort().map_err(|e| e.to_string()),
+            Ok((txn, revision)) => match self.wal.append(&events) {
+                // Dropping `txn` aborts it, so redb and the log stay in step.
+                Err(error) => Err(format!("appending to the write-ahead log: {error}")),
+                Ok(()) => match txn.commit() {
+                    Ok(()) => {
+                        self.revision = revision;
+                        Ok(())
+                    }
+                    Err(error) => {
+                        let error = format!("committing an acknowledged batch: {error}");
+                        self.failed = Some(error.clone());
+                        Err(error)
+                    }
+                },
+            },
+            Err(error) => Err(error.to_string()),
+        };
         match outcome {
-            Ok(revision) => {
-                self.revision = revision;
+            Ok(()) => {
                 // Publish before replying: once a writer hears back, its event is already queued for every watcher.
                 if !events.is_empty() {
-                    self.shared.hub.publish(&events, revision);
+                    self.shared.hub.publish(&events, self.revision);
                 }
                 for ((_, reply), result) in batch.into_iter().zip(results) {
                     let _ = reply.send(result);
                 }
             }
-            Err(error) => {
-                tracing::error!(%error, "embedded store: write transaction failed");
-                let message = error.to_string();
+            Err(message) => {
+                tracing::error!(error = %message, "embedded store: write failed");
                 for (_, reply) in batch {
                     let _ = reply.send(Err(Error::backend("committing a write", message.clone())));
                 }
@@ -203,26 +275,19 @@ impl Writer {
 }
 
 /// The tables of one write transaction.
-struct Tables<'txn> {
-    kv: Table<'txn, &'static [u8], &'static [u8]>,
+pub(crate) struct Tables<'txn> {
     history: Table<'txn, (&'static [u8], u64), &'static [u8]>,
     log: Table<'txn, u64, &'static [u8]>,
-    meta: Table<'txn, &'static str, u64>,
+    pub(crate) meta: Table<'txn, &'static str, u64>,
 }
 
 impl<'txn> Tables<'txn> {
-    fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::Error> {
-        Ok(Tables {
-            kv: txn.open_table(KV)?,
-            history: txn.open_table(HISTORY)?,
-            log: txn.open_table(LOG)?,
-            meta: txn.open_table(META)?,
-        })
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::Error> {
+        Ok(Tables { history: txn.open_table(HISTORY)?, log: txn.open_table(LOG)?, meta: txn.open_table(META)? })
     }
 
     fn current(&self, key: &[u8]) -> Result<Option<KeyValue>, redb::Error> {
-        let Some(row) = self.kv.get(key)? else { return Ok(None) };
-        Ok(Some(codec::decode_item(key, row.value()).ok_or_else(|| corrupt_row("kv"))?))
+        codec::item_at(&self.history, key, Revision(u64::MAX))
     }
 
     /// Applies one write. The outer error is a storage failure that aborts the whole batch; the inner one is this
@@ -233,13 +298,14 @@ impl<'txn> Tables<'txn> {
         revision: &mut Revision,
         events: &mut Vec<Event>,
     ) -> Result<Result<Written>, redb::Error> {
-        match op {
+        let rev = revision.next();
+        let (event, written) = match op {
             Op::Create { key, value } => {
                 if self.current(key)?.is_some() {
                     return Ok(Err(Error::AlreadyExists { key: key.to_vec() }));
                 }
-                let rev = revision.next();
-                Ok(Ok(Written::Item(self.put(key, value, rev, rev, revision, events)?)))
+                let item = KeyValue { key: key.clone(), value: value.clone(), create_revision: rev, mod_revision: rev };
+                (put_event(&item), Written::Item(item))
             }
             Op::Update { key, value, expected } => {
                 let Some(current) = self.current(key)? else {
@@ -248,8 +314,13 @@ impl<'txn> Tables<'txn> {
                 if current.mod_revision != *expected {
                     return Ok(Err(Error::Conflict { expected: *expected, current: Box::new(current) }));
                 }
-                let rev = revision.next();
-                Ok(Ok(Written::Item(self.put(key, value, current.create_revision, rev, revision, events)?)))
+                let item = KeyValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                    create_revision: current.create_revision,
+                    mod_revision: rev,
+                };
+                (put_event(&item), Written::Item(item))
             }
             Op::Delete { key, expected } => {
                 let Some(current) = self.current(key)? else {
@@ -260,44 +331,46 @@ impl<'txn> Tables<'txn> {
                 {
                     return Ok(Err(Error::Conflict { expected: *expected, current: Box::new(current) }));
                 }
-                let rev = revision.next();
-                self.kv.remove(&key[..])?;
-                self.history.insert((&key[..], rev.0), &codec::encode_tombstone(current.create_revision)[..])?;
-                self.log.insert(rev.0, &codec::encode_log(EventKind::Delete, key)[..])?;
-                *revision = rev;
-                events.push(Event {
+                let event = Event {
                     kind: EventKind::Delete,
                     key: key.clone(),
                     value: current.value.clone(),
                     create_revision: current.create_revision,
                     revision: rev,
-                });
-                Ok(Ok(Written::Deleted(Deleted { revision: rev, prev: current })))
+                };
+                (event, Written::Deleted(Deleted { revision: rev, prev: current }))
             }
-        }
+        };
+        self.record(&event)?;
+        *revision = rev;
+        events.push(event);
+        Ok(Ok(written))
     }
 
-    fn put(
-        &mut self,
-        key: &Bytes,
-        value: &Bytes,
-        create: Revision,
-        rev: Revision,
-        revision: &mut Revision,
-        events: &mut Vec<Event>,
-    ) -> Result<KeyValue, redb::Error> {
-        self.kv.insert(&key[..], &codec::encode_item(create, rev, value)[..])?;
-        self.history.insert((&key[..], rev.0), &codec::encode_put_version(create, value)[..])?;
-        self.log.insert(rev.0, &codec::encode_log(EventKind::Put, key)[..])?;
-        *revision = rev;
-        events.push(Event {
-            kind: EventKind::Put,
-            key: key.clone(),
-            value: value.clone(),
-            create_revision: create,
-            revision: rev,
-        });
-        Ok(KeyValue { key: key.clone(), value: value.clone(), create_revision: create, mod_revision: rev })
+    /// Writes one change, already checked, into the tables. Also used to replay the write-ahead log.
+    pub(crate) fn record(&mut self, event: &Event) -> Result<(), redb::Error> {
+        let (key, rev) = (&event.key[..], event.revision);
+        match event.kind {
+            EventKind::Put => {
+                self.history
+                    .insert((key, rev.0), &codec::encode_put_version(event.create_revision, &event.value)[..])?;
+            }
+            EventKind::Delete => {
+                self.history.insert((key, rev.0), &codec::encode_tombstone(event.create_revision)[..])?;
+            }
+        }
+        self.log.insert(rev.0, &codec::encode_log(event.kind, key)[..])?;
+        Ok(())
+    }
+}
+
+fn put_event(item: &KeyValue) -> Event {
+    Event {
+        kind: EventKind::Put,
+        key: item.key.clone(),
+        value: item.value.clone(),
+        create_revision: item.create_revision,
+        revision: item.mod_revision,
     }
 }
 
@@ -307,13 +380,15 @@ impl<'txn> Tables<'txn> {
 /// deletion that nothing at or before `to` follows, no read at `to` or later can see that version or any older
 /// one of the key, so all of them go. Then the log rows go, and the compaction point moves to `to`.
 fn compact_slice(db: &redb::Database, from: Revision, to: Revision) -> Result<(), redb::Error> {
-    let txn = db.begin_write()?;
+    let mut txn = db.begin_write()?;
+    // Made durable by the next checkpoint; a crash before it only means the history is compacted again.
+    txn.set_durability(Durability::None)?;
     {
         let mut tables = Tables::open(&txn)?;
         let mut changes: Vec<(u64, Vec<u8>, EventKind)> = Vec::new();
         for row in tables.log.range(from.0..to.0)? {
             let (rev, row) = row?;
-            let (kind, key) = codec::decode_log(row.value()).ok_or_else(|| corrupt_row("log"))?;
+            let (kind, key) = codec::decode_log(row.value()).ok_or_else(|| codec::malformed("log"))?;
             changes.push((rev.value(), key.to_vec(), kind));
         }
         for (rev, key, kind) in &changes {
@@ -327,8 +402,4 @@ fn compact_slice(db: &redb::Database, from: Revision, to: Revision) -> Result<()
     }
     txn.commit()?;
     Ok(())
-}
-
-pub(crate) fn corrupt_row(table: &str) -> redb::Error {
-    redb::Error::Corrupted(format!("malformed row in table {table}"))
 }
