@@ -92,34 +92,29 @@ pub(crate) fn scan_at(
         Some(end) => history.range((start, 0)..(end, 0))?,
         None => history.range((start, 0)..)?,
     };
-    // Rows come sorted by key, then revision: remember the newest row at or before `at` of the key being scanned and
-    // hand it over when the next key starts. The buffers are reused from key to key.
-    let (mut key, mut row, mut revision) = (Vec::new(), Vec::new(), None::<u64>);
-    let mut scanning = false;
-    for entry in range {
-        let (id, value) = entry?;
-        let (k, rev) = id.value();
-        if !scanning || key != k {
-            if let Some(rev) = revision.take()
-                && row.first() == Some(&TAG_PUT)
-                && !visit(&key, Revision(rev), &row)
-            {
-                return Ok(());
+    // Rows come sorted by key, then revision. A row is the key's state at `at` unless the next row is a newer
+    // version of the same key that is still at or before `at`.
+    let mut rows = range.peekable();
+    while let Some(entry) = rows.next() {
+        let (id, row) = entry?;
+        let (key, revision) = id.value();
+        if revision > at.0 {
+            continue;
+        }
+        let superseded = match rows.peek() {
+            Some(Ok((next, _))) => {
+                let (next_key, next_revision) = next.value();
+                next_key == key && next_revision <= at.0
             }
-            key.clear();
-            key.extend_from_slice(k);
-            scanning = true;
+            _ => false,
+        };
+        if superseded {
+            continue;
         }
-        if rev <= at.0 {
-            row.clear();
-            row.extend_from_slice(value.value());
-            revision = Some(rev);
+        let row = row.value();
+        if row.first() == Some(&TAG_PUT) && !visit(key, Revision(revision), row) {
+            break;
         }
-    }
-    if let Some(rev) = revision
-        && row.first() == Some(&TAG_PUT)
-    {
-        visit(&key, Revision(rev), &row);
     }
     Ok(())
 }
