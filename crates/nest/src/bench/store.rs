@@ -50,8 +50,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     drop(embedded);
 
     let etcd_64 = match etcd(&args).await? {
-        Etcd::Ready(store, _guard) => Some(measure(&store, args.duration).await?),
-        Etcd::Unavailable(reason) => {
+        Ok((store, _guard)) => Some(measure(&store, args.duration).await?),
+        Err(reason) => {
             emit(json!({"bench": "store", "backend": "etcd", "skipped": reason}));
             None
         }
@@ -68,12 +68,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[cfg_attr(feature = "etcd", allow(dead_code))]
-enum Etcd {
-    /// The store, and whatever keeps a temporary server alive.
-    Ready(Arc<dyn Store>, Box<dyn std::any::Any>),
-    Unavailable(String),
-}
+/// The etcd store with whatever keeps a temporary server alive, or why there is none.
+type Etcd = Result<(Arc<dyn Store>, Box<dyn std::any::Any>), String>;
 
 #[cfg(feature = "etcd")]
 async fn etcd(args: &Args) -> anyhow::Result<Etcd> {
@@ -86,15 +82,13 @@ async fn etcd(args: &Args) -> anyhow::Result<Etcd> {
         }
     };
     let store = EtcdStore::connect(&[url], Config::default()).await?;
-    Ok(Etcd::Ready(Arc::new(store), guard))
+    Ok(Ok((Arc::new(store), guard)))
 }
 
 #[cfg(not(feature = "etcd"))]
 async fn etcd(_: &Args) -> anyhow::Result<Etcd> {
-    Ok(Etcd::Unavailable(
-        "this nest was built without the `etcd` feature; rebuild with `--features etcd` (needs protoc) to compare"
-            .into(),
-    ))
+    Ok(Err("this nest was built without the `etcd` feature; rebuild with `--features etcd` (needs protoc) to compare"
+        .into()))
 }
 
 /// Runs every measurement on one backend; returns its write throughput at 64 writers.
