@@ -2,7 +2,7 @@
 //!
 //! Each write is one etcd transaction that compares the key's revision and then writes, or else reads the key so a
 //! refusal can say why (exists, conflict, not found) without a second round trip. Each watch is one etcd watch with
-//! `prev_kv` (a delete event must carry the deleted value), pumped into the same bounded [queue](crate::queue) the
+//! `prev_kv` (a delete event must carry the deleted value), pumped into the same bounded queue (`queue.rs`) the
 //! embedded store uses, so a slow consumer ends in [`Error::WatchOverflow`] here too.
 //!
 //! [`TempEtcd`] starts a throw-away etcd from `PATH` for tests and benchmarks.

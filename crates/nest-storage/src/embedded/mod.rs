@@ -1,11 +1,11 @@
 //! The embedded backend: one directory holding a redb database, no server to run.
 //!
 //! Reads open a redb read transaction (a consistent snapshot) on the caller's task. Writes go to one sequencer
-//! thread ([`writer`]) that batches concurrent writers into one commit, made durable by one synced append to a
-//! write-ahead log ([`wal`]); only then is a write acknowledged. Watches replay history from the `log` table, then switch to live events from the [hub](crate::hub)
-//! without a gap ([`watch`]).
+//! thread (`writer.rs`) that batches concurrent writers into one commit, made durable by one synced append to a
+//! write-ahead log (`wal.rs`); only then is a write acknowledged. Watches replay history from the `log` table, then
+//! switch to live events from the hub (`hub.rs`) without a gap (`watch.rs`).
 //!
-//! The layout of the tables is in [`codec`].
+//! The layout of the tables is in `codec.rs`.
 
 mod codec;
 mod wal;
@@ -46,7 +46,7 @@ pub struct Config {
     /// How often background compaction checks whether history has grown past `retain_revisions`.
     pub compaction_interval: Duration,
     /// How many events a watcher may have queued before it is stopped with
-    /// [`Error::WatchOverflow`](crate::Error::WatchOverflow).
+    /// [`Error::WatchOverflow`].
     pub watch_buffer: usize,
     /// The most writes committed together in one transaction.
     pub max_batch: usize,
