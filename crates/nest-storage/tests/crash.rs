@@ -58,6 +58,14 @@ fn acknowledged_writes_survive_sigkill() {
         while !lines.last().is_some_and(|line: &String| line.starts_with("ack ")) {
             lines.push(rx.recv_timeout(Duration::from_secs(60)).expect("the child acknowledges writes"));
         }
+        if round == 0 {
+            // While the child has the directory open, another process cannot.
+            match EmbeddedStore::open(dir.path(), Config::default()) {
+                Err(error @ Error::Locked { .. }) => assert!(!error.to_string().contains('\n')),
+                Err(other) => panic!("expected Locked, got {other}"),
+                Ok(_) => panic!("opened a directory another process is writing to"),
+            }
+        }
         let deadline = Instant::now() + Duration::from_millis(fastrand::u64(50..1500));
         while Instant::now() < deadline {
             if let Ok(line) = rx.recv_timeout(Duration::from_millis(5)) {

@@ -1,7 +1,10 @@
 //! Behaviour of the embedded backend that the shared conformance suite cannot express: its data directory.
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use nest_storage::embedded::{Config, DATABASE_FILE, EmbeddedStore};
-use nest_storage::{Error, ListOptions, Store};
+use nest_storage::{Error, ListOptions, Revision, Store};
 
 #[tokio::test]
 async fn reopening_keeps_items_and_revisions_keep_growing() {
@@ -57,4 +60,31 @@ async fn a_damaged_database_gives_a_one_line_error() {
     let error = EmbeddedStore::open(dir.path(), Config::default()).err().expect("a damaged file must not open");
     assert!(matches!(error, Error::Corrupt { .. }), "{error:?}");
     assert!(!error.to_string().contains('\n'), "{error}");
+}
+
+#[tokio::test]
+async fn background_compaction_keeps_the_configured_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::default().retain_revisions(20).compaction_interval(Duration::from_millis(20));
+    let store = EmbeddedStore::open(dir.path(), config).unwrap();
+    let mut kv = store.create(b"/registry/counter", "0".into()).await.unwrap();
+    for i in 1..100 {
+        kv = store.update(b"/registry/counter", i.to_string().into(), kv.mod_revision).await.unwrap();
+    }
+    let current = kv.mod_revision;
+    // Compaction runs when the writer is idle; wait until the oldest revisions are gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut watch = store.watch(b"/registry/", Revision(1)).await.unwrap();
+        if let Some(Err(Error::Compacted { .. })) = watch.next().await {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "history was never compacted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The last 20 revisions are still there to resume from.
+    let from = Revision(current.0 - 19);
+    let mut watch = store.watch(b"/registry/", from).await.unwrap();
+    let first = watch.next().await.unwrap().unwrap();
+    assert_eq!(first.revision, from);
 }

@@ -25,6 +25,8 @@ use crate::{Deleted, Error, Event, EventKind, KeyValue, Result, Revision};
 
 /// How many log rows one compaction slice handles in one transaction.
 const COMPACTION_SLICE: u64 = 4096;
+/// While writes keep coming, at most one compaction slice runs per this interval.
+const COMPACTION_PAUSE: Duration = Duration::from_millis(50);
 
 /// A write, as sent to the sequencer.
 #[derive(Debug)]
@@ -95,6 +97,8 @@ impl Writer {
     /// Serves requests until every sender is gone, then closes the hub so watchers end.
     pub(crate) fn run(mut self, requests: Receiver<Request>) {
         let mut batch: Vec<Pending> = Vec::new();
+        // Under a steady load the writer is never idle; compaction still gets a slice this often.
+        let mut next_slice = Instant::now();
         loop {
             let first = if self.target > self.compacted {
                 match requests.try_recv() {
@@ -111,27 +115,44 @@ impl Writer {
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
             };
-            if Instant::now() >= self.next_checkpoint || self.wal.len() >= self.config.checkpoint_bytes {
+            let now = Instant::now();
+            if now >= self.next_checkpoint || self.wal.len() >= self.config.checkpoint_bytes {
                 self.checkpoint();
             }
-            let Some(first) = first else {
-                self.compaction_step();
-                continue;
-            };
-            self.take(first, &mut batch);
-            while batch.len() < self.config.max_batch {
-                match requests.try_recv() {
-                    Ok(request) => self.take(request, &mut batch),
-                    Err(_) => break,
+            if now >= self.next_auto_compaction {
+                self.schedule_compaction();
+            }
+            let idle = first.is_none();
+            if let Some(first) = first {
+                self.take(first, &mut batch);
+                while batch.len() < self.config.max_batch {
+                    match requests.try_recv() {
+                        Ok(request) => self.take(request, &mut batch),
+                        Err(_) => break,
+                    }
+                }
+                if !batch.is_empty() {
+                    self.commit_batch(std::mem::take(&mut batch));
                 }
             }
-            if !batch.is_empty() {
-                self.commit_batch(std::mem::take(&mut batch));
+            if self.target > self.compacted && (idle || now >= next_slice) {
+                self.compaction_step();
+                next_slice = Instant::now() + COMPACTION_PAUSE;
             }
         }
         // A clean stop leaves redb durable and the log empty.
         self.checkpoint();
         self.shared.hub.close();
+    }
+
+    /// The automatic compaction tick: keep at least `retain_revisions` revisions.
+    fn schedule_compaction(&mut self) {
+        self.next_auto_compaction = Instant::now() + self.config.compaction_interval;
+        let keep_from = Revision(self.revision.0.saturating_sub(self.config.retain_revisions));
+        if keep_from > self.target {
+            tracing::debug!(%keep_from, "embedded store: automatic compaction");
+            self.target = keep_from;
+        }
     }
 
     /// Makes everything committed so far durable in redb itself, then empties the log.
@@ -236,18 +257,8 @@ impl Writer {
         }
     }
 
-    /// Runs one compaction slice, or schedules automatic compaction when it is due.
+    /// Runs one compaction slice.
     fn compaction_step(&mut self) {
-        if self.target <= self.compacted {
-            // The automatic compaction tick: keep at least `retain_revisions` revisions.
-            self.next_auto_compaction = Instant::now() + self.config.compaction_interval;
-            let keep_from = Revision(self.revision.0.saturating_sub(self.config.retain_revisions));
-            if keep_from > self.compacted {
-                tracing::debug!(%keep_from, "embedded store: automatic compaction");
-                self.target = keep_from;
-            }
-            return;
-        }
         let end = Revision(self.target.0.min(self.compacted.0 + COMPACTION_SLICE));
         match compact_slice(&self.shared.db, self.compacted, end) {
             Ok(()) => {
