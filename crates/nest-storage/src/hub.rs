@@ -155,17 +155,8 @@ impl Drop for Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::EventKind;
 
-    fn put(key: &str, rev: u64) -> Event {
-        Event {
-            kind: EventKind::Put,
-            key: Bytes::copy_from_slice(key.as_bytes()),
-            value: Bytes::from_static(b"v"),
-            create_revision: Revision(rev),
-            revision: Revision(rev),
-        }
-    }
+    use crate::test_put as put;
 
     async fn next_rev(sub: &mut Subscription) -> u64 {
         sub.recv().await.expect("an event").revision.0

@@ -229,6 +229,18 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// A put that creates `key` at revision `rev`, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_put(key: &str, rev: u64) -> Event {
+    Event {
+        kind: EventKind::Put,
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        value: Bytes::from(format!("value of {key}")),
+        create_revision: Revision(rev),
+        revision: Revision(rev),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

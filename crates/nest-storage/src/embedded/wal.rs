@@ -153,15 +153,7 @@ fn decode(mut payload: &[u8]) -> Option<Vec<Event>> {
 mod tests {
     use super::*;
 
-    fn put(key: &str, rev: u64) -> Event {
-        Event {
-            kind: EventKind::Put,
-            key: Bytes::copy_from_slice(key.as_bytes()),
-            value: Bytes::from(format!("value of {key}")),
-            create_revision: Revision(rev),
-            revision: Revision(rev),
-        }
-    }
+    use crate::test_put as put;
 
     #[test]
     fn appended_batches_come_back_in_order() {
