@@ -1,0 +1,205 @@
+//! The catalogue of resources the API server serves: names, scope, verbs and subresources, as kube-apiserver reports
+//! them in discovery (checked against kube-apiserver 1.33's `/api/v1` and `/apis/<group>/<version>`).
+
+use std::sync::Arc;
+
+/// One served resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceInfo {
+    /// API group; empty for the core group.
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    /// The plural, lower-case name used in URLs.
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub verbs: Vec<String>,
+    /// Whether a `/status` subresource exists (then the main endpoint ignores `.status`).
+    pub status: bool,
+    /// Whether a `/scale` subresource exists.
+    pub scale: bool,
+    /// The group and plural the objects are stored under, when another resource owns them (events.k8s.io events are
+    /// core events).
+    pub stored_as: Option<(String, String)>,
+}
+
+impl ResourceInfo {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// The group's name in storage keys (`core` for the core group).
+    pub fn storage_group(&self) -> &str {
+        match &self.stored_as {
+            Some((group, _)) => group_or_core(group),
+            None => group_or_core(&self.group),
+        }
+    }
+
+    /// The plural the objects are stored under.
+    pub fn storage_plural(&self) -> &str {
+        match &self.stored_as {
+            Some((_, plural)) => plural,
+            None => &self.plural,
+        }
+    }
+
+    /// `plural.group`, how Kubernetes names a resource in messages (`pods`, `deployments.apps`).
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
+    }
+}
+
+fn group_or_core(group: &str) -> &str {
+    if group.is_empty() { "core" } else { group }
+}
+
+/// Every built-in verb set used below.
+const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const NO_COLLECTION_DELETE: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+
+struct Builtin {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    categories: &'static [&'static str],
+    verbs: &'static [&'static str],
+    status: bool,
+    scale: bool,
+}
+
+#[rustfmt::skip]
+const BUILTINS: &[Builtin] = &[
+    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", namespaced: false, short: &["ns"], categories: &[], verbs: NO_COLLECTION_DELETE, status: true, scale: false },
+    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: &["all"], verbs: ALL, status: true, scale: false },
+    Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: &["all"], verbs: ALL, status: true, scale: false },
+    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", namespaced: false, short: &["no"], categories: &[], verbs: ALL, status: true, scale: false },
+    Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", namespaced: true, short: &["pvc"], categories: &[], verbs: ALL, status: true, scale: false },
+    Builtin { group: "", version: "v1", kind: "PersistentVolume", plural: "persistentvolumes", namespaced: false, short: &["pv"], categories: &[], verbs: ALL, status: true, scale: false },
+    Builtin { group: "", version: "v1", kind: "ResourceQuota", plural: "resourcequotas", namespaced: true, short: &["quota"], categories: &[], verbs: ALL, status: true, scale: false },
+    Builtin { group: "", version: "v1", kind: "LimitRange", plural: "limitranges", namespaced: true, short: &["limits"], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: &["all"], verbs: ALL, status: true, scale: true },
+    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", namespaced: true, short: &["rs"], categories: &["all"], verbs: ALL, status: true, scale: true },
+    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", namespaced: true, short: &["sts"], categories: &["all"], verbs: ALL, status: true, scale: true },
+    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", namespaced: true, short: &["ds"], categories: &["all"], verbs: ALL, status: true, scale: false },
+    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", namespaced: true, short: &[], categories: &["all"], verbs: ALL, status: true, scale: false },
+    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", namespaced: true, short: &["cj"], categories: &["all"], verbs: ALL, status: true, scale: false },
+    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: &["api-extensions"], verbs: ALL, status: true, scale: false },
+    Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", namespaced: true, short: &["ing"], categories: &[], verbs: ALL, status: true, scale: false },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "IngressClass", plural: "ingressclasses", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "NetworkPolicy", plural: "networkpolicies", namespaced: true, short: &["netpol"], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "storage.k8s.io", version: "v1", kind: "StorageClass", plural: "storageclasses", namespaced: false, short: &["sc"], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false },
+    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: &[], verbs: ALL, status: true, scale: false },
+    Builtin { group: "scheduling.k8s.io", version: "v1", kind: "PriorityClass", plural: "priorityclasses", namespaced: false, short: &["pc"], categories: &[], verbs: ALL, status: false, scale: false },
+];
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// The built-in resources, in discovery order.
+pub fn builtins() -> Vec<Arc<ResourceInfo>> {
+    BUILTINS
+        .iter()
+        .map(|b| {
+            Arc::new(ResourceInfo {
+                group: b.group.into(),
+                version: b.version.into(),
+                kind: b.kind.into(),
+                plural: b.plural.into(),
+                singular: b.kind.to_lowercase(),
+                namespaced: b.namespaced,
+                short_names: strings(b.short),
+                categories: strings(b.categories),
+                verbs: strings(b.verbs),
+                status: b.status,
+                scale: b.scale,
+                // events.k8s.io/v1 events are core events in another shape; until the conversion exists they are
+                // stored apart.
+                stored_as: None,
+            })
+        })
+        .collect()
+}
+
+/// Looks resources up by group, version and plural.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    resources: Vec<Arc<ResourceInfo>>,
+}
+
+impl Catalog {
+    /// The built-ins.
+    pub fn builtin() -> Catalog {
+        Catalog { resources: builtins() }
+    }
+
+    /// Every served resource.
+    pub fn resources(&self) -> &[Arc<ResourceInfo>] {
+        &self.resources
+    }
+
+    /// The resource `plural` in `group/version`.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        self.resources.iter().find(|r| r.group == group && r.version == version && r.plural == plural).cloned()
+    }
+
+    /// The versions served for `group`, preferred first.
+    pub fn versions(&self, group: &str) -> Vec<String> {
+        let mut versions: Vec<String> = Vec::new();
+        for r in self.resources.iter().filter(|r| r.group == group) {
+            if !versions.contains(&r.version) {
+                versions.push(r.version.clone());
+            }
+        }
+        versions
+    }
+
+    /// The groups (other than core), in the order first served.
+    pub fn groups(&self) -> Vec<String> {
+        let mut groups: Vec<String> = Vec::new();
+        for r in self.resources.iter().filter(|r| !r.group.is_empty()) {
+            if !groups.contains(&r.group) {
+                groups.push(r.group.clone());
+            }
+        }
+        groups
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_use_group_version_and_plural() {
+        let catalog = Catalog::builtin();
+        let deployments = catalog.find("apps", "v1", "deployments").unwrap();
+        assert_eq!((deployments.kind.as_str(), deployments.scale), ("Deployment", true));
+        assert_eq!(deployments.qualified(), "deployments.apps");
+        assert!(catalog.find("", "v1", "deployments").is_none());
+        let pods = catalog.find("", "v1", "pods").unwrap();
+        assert_eq!((pods.storage_group(), pods.storage_plural()), ("core", "pods"));
+        assert_eq!(catalog.find("", "v1", "pods").unwrap().api_version(), "v1");
+        assert!(catalog.groups().contains(&"apps".to_string()));
+    }
+}

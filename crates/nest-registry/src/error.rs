@@ -1,0 +1,228 @@
+//! Request errors, and the one place they become Kubernetes `Status` objects.
+//!
+//! Reasons and codes follow `k8s.io/apimachinery/pkg/api/errors` (1.33): NotFound 404, AlreadyExists 409, Conflict
+//! 409, Invalid 422, Expired / Gone 410, BadRequest 400, Forbidden 403, Unauthorized 401, MethodNotAllowed 405,
+//! UnsupportedMediaType 415, RequestEntityTooLarge 413, Timeout 504, InternalError 500.
+
+use serde_json::{Value, json};
+
+use crate::catalog::ResourceInfo;
+
+/// `Result` with [`ApiError`] as its default error.
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+/// One field-level cause of an `Invalid` error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueRequired`, `FieldValueInvalid`, `FieldValueNotSupported`, `FieldValueTypeInvalid`, …
+    pub reason: &'static str,
+    pub message: String,
+    /// The field path, e.g. `metadata.name` or `spec.containers[0].image`.
+    pub field: String,
+}
+
+impl Cause {
+    pub fn required(field: impl Into<String>) -> Cause {
+        Cause { reason: "FieldValueRequired", message: "Required value".into(), field: field.into() }
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Cause {
+        Cause { reason: "FieldValueInvalid", message: message.into(), field: field.into() }
+    }
+}
+
+/// A request error: everything needed to answer with a `Status`.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    /// `details.group`, `details.kind` (the resource's plural, as kube-apiserver sends it), `details.name`.
+    pub group: Option<String>,
+    pub kind: Option<String>,
+    pub name: Option<String>,
+    pub causes: Vec<Cause>,
+    /// Seconds the client should wait before retrying, for 429 and 504.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            group: None,
+            kind: None,
+            name: None,
+            causes: Vec::new(),
+            retry_after: None,
+        }
+    }
+
+    fn about(mut self, info: &ResourceInfo, name: &str) -> ApiError {
+        self.group = Some(info.group.clone());
+        self.kind = Some(info.plural.clone());
+        self.name = Some(name.to_string()).filter(|n| !n.is_empty());
+        self
+    }
+
+    pub fn not_found(info: &ResourceInfo, name: &str) -> ApiError {
+        ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", info.qualified())).about(info, name)
+    }
+
+    pub fn already_exists(info: &ResourceInfo, name: &str) -> ApiError {
+        ApiError::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", info.qualified())).about(info, name)
+    }
+
+    pub fn conflict(info: &ResourceInfo, name: &str) -> ApiError {
+        ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes \
+                 to the latest version and try again",
+                info.qualified()
+            ),
+        )
+        .about(info, name)
+    }
+
+    pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<Cause>) -> ApiError {
+        let detail = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect::<Vec<_>>().join(", ");
+        let mut error =
+            ApiError::new(422, "Invalid", format!("{} \"{name}\" is invalid: {detail}", info.kind)).about(info, name);
+        error.kind = Some(info.kind.clone());
+        error.causes = causes;
+        error
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    pub fn forbidden(info: &ResourceInfo, name: &str, message: impl Into<String>) -> ApiError {
+        let message = format!("{} \"{name}\" is forbidden: {}", info.qualified(), message.into());
+        ApiError::new(403, "Forbidden", message).about(info, name)
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// 410 for an expired continue token or a compacted resourceVersion.
+    pub fn expired(message: impl Into<String>) -> ApiError {
+        ApiError::new(410, "Expired", message)
+    }
+
+    pub fn gone(message: impl Into<String>) -> ApiError {
+        ApiError::new(410, "Gone", message)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
+        ApiError::new(405, "MethodNotAllowed", message)
+    }
+
+    pub fn unsupported_media_type(message: impl Into<String>) -> ApiError {
+        ApiError::new(415, "UnsupportedMediaType", message)
+    }
+
+    pub fn too_large(message: impl Into<String>) -> ApiError {
+        ApiError::new(413, "RequestEntityTooLarge", message)
+    }
+
+    pub fn not_acceptable(message: impl Into<String>) -> ApiError {
+        ApiError::new(406, "NotAcceptable", message)
+    }
+
+    pub fn timeout(message: impl Into<String>) -> ApiError {
+        let mut error = ApiError::new(504, "Timeout", message);
+        error.retry_after = Some(1);
+        error
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
+    }
+
+    /// A 404 for a path that names nothing served.
+    pub fn no_route() -> ApiError {
+        ApiError::new(404, "NotFound", "the server could not find the requested resource")
+    }
+
+    /// The `Status` object clients read.
+    pub fn to_status(&self) -> Value {
+        let mut details = serde_json::Map::new();
+        if let Some(name) = &self.name {
+            details.insert("name".into(), json!(name));
+        }
+        if let Some(group) = &self.group {
+            details.insert("group".into(), json!(group));
+        }
+        if let Some(kind) = &self.kind {
+            details.insert("kind".into(), json!(kind));
+        }
+        if !self.causes.is_empty() {
+            let causes: Vec<Value> = self
+                .causes
+                .iter()
+                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .collect();
+            details.insert("causes".into(), Value::Array(causes));
+        }
+        if let Some(seconds) = self.retry_after {
+            details.insert("retryAfterSeconds".into(), json!(seconds));
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if !details.is_empty() {
+            status["details"] = Value::Object(details);
+        }
+        status
+    }
+}
+
+/// Translates a storage failure that the generic store did not handle itself.
+impl From<nest_storage::Error> for ApiError {
+    fn from(error: nest_storage::Error) -> ApiError {
+        match error {
+            nest_storage::Error::Compacted { requested } => {
+                ApiError::expired(format!("too old resource version: {requested}"))
+            }
+            nest_storage::Error::FutureRevision { requested } => {
+                ApiError::timeout(format!("Too large resource version: {requested}, current resource version is lower"))
+            }
+            nest_storage::Error::ValueTooLarge { .. } => ApiError::too_large("the object is too large to store"),
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+
+    #[test]
+    fn statuses_carry_reason_code_and_details() {
+        let pods = Catalog::builtin().find("", "v1", "pods").unwrap();
+        let status = ApiError::not_found(&pods, "web").to_status();
+        assert_eq!(status["code"], 404);
+        assert_eq!(status["reason"], "NotFound");
+        assert_eq!(status["message"], "pods \"web\" not found");
+        assert_eq!(status["details"], json!({"name": "web", "group": "", "kind": "pods"}));
+
+        let invalid = ApiError::invalid(&pods, "web", vec![Cause::required("spec.containers")]).to_status();
+        assert_eq!(invalid["code"], 422);
+        assert_eq!(invalid["details"]["causes"][0]["field"], "spec.containers");
+        assert_eq!(invalid["details"]["kind"], "Pod");
+    }
+}

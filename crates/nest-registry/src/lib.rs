@@ -1,0 +1,23 @@
+//! The Kubernetes API's generic registry: what every resource means, independent of HTTP.
+//!
+//! Three layers, after kube-apiserver's `registry/generic`: [`nest_storage`] (compare-and-swap over revisions) below;
+//! [`store::Registry`], one generic store implementing every REST verb once (conflicts, generated names, dry-run,
+//! finalizers, selectors, pagination, watch); and a small [`strategy::Strategy`] per kind holding only that kind's
+//! policy. The [`catalog`] says which resources exist; [`error::ApiError`] is every request error, and
+//! [`error::ApiError::to_status`] the one place it becomes a Kubernetes `Status`.
+//!
+//! Start with [`store::Registry`].
+
+pub mod base64;
+pub mod catalog;
+pub mod error;
+pub mod meta;
+pub mod patch;
+pub mod selector;
+pub mod store;
+pub mod strategy;
+pub mod validation;
+
+pub use catalog::{Catalog, ResourceInfo};
+pub use error::{ApiError, Cause, Result};
+pub use store::{DeleteOptions, ListOptions, Registry, Resource, Subresource};

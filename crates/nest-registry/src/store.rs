@@ -1,0 +1,850 @@
+//! The generic store: every REST verb implemented once, for every kind, over [`nest_storage::Store`].
+//!
+//! After `k8s.io/apiserver/pkg/registry/generic/registry/store.go` (1.33). The order of a write's lifecycle lives here
+//! and only here: decode → check scope and names → strategy `prepare_*` → strategy `validate*` → compare-and-swap in
+//! storage (retrying generated names) → encode the answer. Objects are stored as JSON without `resourceVersion`; it
+//! is set from the storage revision on every read, so it always equals the store's modification revision.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::{BoxStream, StreamExt};
+use nest_storage::{EventKind, KeyValue, ReadAt, Revision, Store};
+use serde_json::{Value, json};
+
+use crate::catalog::{Catalog, ResourceInfo};
+use crate::error::{ApiError, Cause, Result};
+use crate::meta;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::strategy::{self, Strategy};
+
+/// How many times a create with `generateName` tries a new name after a collision.
+const GENERATE_NAME_ATTEMPTS: usize = 8;
+/// Storage page size when a list has to filter.
+const LIST_PAGE: usize = 500;
+
+/// A served resource with its policy.
+pub struct Resource {
+    pub info: Arc<ResourceInfo>,
+    pub strategy: Box<dyn Strategy>,
+}
+
+impl Resource {
+    pub fn new(info: Arc<ResourceInfo>) -> Resource {
+        let strategy = strategy::for_resource(&info.group, &info.plural);
+        Resource { info, strategy }
+    }
+}
+
+/// Options of a list or watch, straight from the query string.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    pub allow_watch_bookmarks: bool,
+}
+
+/// Options of a delete (`DeleteOptions` body and query).
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub propagation_policy: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+    pub dry_run: bool,
+}
+
+/// Which part of an object an update may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subresource {
+    /// The main resource: everything but `.status` (when a status subresource exists).
+    Main,
+    /// `/status`: only `.status`.
+    Status,
+}
+
+/// One event of a watch, ready to serialise as `{"type": …, "object": …}`.
+pub type WatchEvent = Value;
+
+/// The generic store over a storage backend.
+pub struct Registry {
+    store: Arc<dyn Store>,
+    catalog: Catalog,
+}
+
+/// Matches objects against a list's selectors.
+struct Filter {
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn new(resource: &Resource, options: &ListOptions) -> Result<Filter> {
+        let labels = LabelSelector::parse(options.label_selector.as_deref().unwrap_or(""))?;
+        let mut supported = vec!["metadata.name", "metadata.namespace"];
+        supported.extend_from_slice(resource.strategy.selectable_fields());
+        let fields = FieldSelector::parse(options.field_selector.as_deref().unwrap_or(""), &supported)?;
+        Ok(Filter { labels, fields })
+    }
+
+    fn matches(&self, obj: &Value) -> bool {
+        (self.labels.is_empty() || self.labels.matches(&meta::labels(obj)))
+            && self.fields.matches(|field| meta::path_str(obj, field))
+    }
+}
+
+impl Registry {
+    pub fn new(store: Arc<dyn Store>, catalog: Catalog) -> Registry {
+        Registry { store, catalog }
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The resource `plural` of `group/version`, if served.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Resource> {
+        self.catalog.find(group, version, plural).map(Resource::new)
+    }
+
+    // === keys and encoding ===
+
+    fn prefix(info: &ResourceInfo, namespace: Option<&str>) -> String {
+        let base = format!("/registry/{}/{}/", info.storage_group(), info.storage_plural());
+        match namespace.filter(|_| info.namespaced) {
+            Some(ns) => format!("{base}{ns}/"),
+            None => base,
+        }
+    }
+
+    fn key(info: &ResourceInfo, namespace: &str, name: &str) -> String {
+        format!("{}{name}", Self::prefix(info, Some(namespace)))
+    }
+
+    fn decode(info: &ResourceInfo, item: &KeyValue) -> Result<Value> {
+        Self::decode_at(info, &item.value, item.mod_revision)
+    }
+
+    fn decode_at(info: &ResourceInfo, bytes: &[u8], revision: Revision) -> Result<Value> {
+        let mut obj: Value = serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::internal(format!("stored {} is not JSON: {e}", info.qualified())))?;
+        meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(revision.0.to_string()));
+        Ok(obj)
+    }
+
+    fn encode(obj: &Value) -> Result<Bytes> {
+        let mut obj = obj.clone();
+        meta::metadata_mut(&mut obj).remove("resourceVersion");
+        serde_json::to_vec(&obj).map(Bytes::from).map_err(|e| ApiError::internal(e.to_string()))
+    }
+
+    // === reads ===
+
+    /// GET of one object.
+    pub async fn get(&self, resource: &Resource, namespace: &str, name: &str) -> Result<Value> {
+        let info = &resource.info;
+        let item = self.store.get(Self::key(info, namespace, name).as_bytes()).await?;
+        let item = item.ok_or_else(|| ApiError::not_found(info, name))?;
+        Self::decode(info, &item)
+    }
+
+    /// LIST, in one namespace (`Some`) or across all of them.
+    pub async fn list(&self, resource: &Resource, namespace: Option<&str>, options: &ListOptions) -> Result<Value> {
+        let info = &resource.info;
+        let filter = Filter::new(resource, options)?;
+        let prefix = Self::prefix(info, namespace);
+        let (read_at, start_after) = self.list_start(options, &prefix)?;
+        let limit = options.limit.filter(|&l| l > 0);
+        let mut items = Vec::new();
+        let mut start_after = start_after;
+        let mut pinned = read_at;
+        let mut snapshot;
+        let mut last_key: Option<Bytes> = None;
+        let mut more = false;
+        loop {
+            let page = self
+                .store
+                .list(
+                    prefix.as_bytes(),
+                    nest_storage::ListOptions {
+                        revision: pinned,
+                        limit: Some(limit.map_or(LIST_PAGE, |l| (l - items.len()).max(1)).min(LIST_PAGE)),
+                        start_after: start_after.clone(),
+                    },
+                )
+                .await
+                .map_err(|e| list_error(e, options))?;
+            snapshot = page.revision;
+            pinned = ReadAt::Revision(page.revision);
+            for item in &page.items {
+                let obj = Self::decode(info, item)?;
+                last_key = Some(item.key.clone());
+                if filter.matches(&obj) {
+                    items.push(obj);
+                }
+                if limit.is_some_and(|l| items.len() >= l) {
+                    break;
+                }
+            }
+            let reached = limit.is_some_and(|l| items.len() >= l);
+            let consumed_page = last_key.as_ref() == page.items.last().map(|i| &i.key);
+            if reached {
+                more = page.more || !consumed_page;
+                break;
+            }
+            if !page.more {
+                break;
+            }
+            start_after = last_key.clone();
+        }
+        let mut metadata = json!({"resourceVersion": snapshot.0.to_string()});
+        if more && let Some(key) = &last_key {
+            metadata["continue"] = json!(encode_continue(snapshot, &String::from_utf8_lossy(key)));
+        }
+        Ok(json!({
+            "kind": format!("{}List", info.kind),
+            "apiVersion": info.api_version(),
+            "metadata": metadata,
+            "items": items,
+        }))
+    }
+
+    /// The revision and start key a list reads from, from `resourceVersion`, `resourceVersionMatch` and `continue`.
+    fn list_start(&self, options: &ListOptions, prefix: &str) -> Result<(ReadAt, Option<Bytes>)> {
+        let rv = options.resource_version.as_deref().filter(|v| !v.is_empty());
+        if let Some(token) = options.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            if rv.is_some_and(|v| v != "0") {
+                return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
+            }
+            let (revision, key) = decode_continue(token)?;
+            if !key.starts_with(prefix) {
+                return Err(ApiError::bad_request("continue key is not valid: does not match the listed resource"));
+            }
+            return Ok((ReadAt::Revision(revision), Some(Bytes::from(key))));
+        }
+        let rv_match = options.resource_version_match.as_deref().filter(|m| !m.is_empty());
+        match (rv, rv_match) {
+            (None, None) => Ok((ReadAt::Latest, None)),
+            (None, Some(m)) => Err(ApiError::bad_request(format!(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided (got {m:?})"
+            ))),
+            (Some(v), m) => {
+                let revision = parse_rv(v)?;
+                match m {
+                    Some("Exact") if revision.0 == 0 => Err(ApiError::bad_request(
+                        "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+                    )),
+                    Some("Exact") => Ok((ReadAt::Revision(revision), None)),
+                    // "NotOlderThan", or no match with an RV: the latest state satisfies both.
+                    None | Some("NotOlderThan") => Ok((ReadAt::Latest, None)),
+                    Some(other) => Err(ApiError::bad_request(format!(
+                        "resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+                    ))),
+                }
+            }
+        }
+    }
+
+    // === writes ===
+
+    /// Refuses objects in a namespace that does not exist (404) or is being deleted (403).
+    async fn check_namespace(&self, resource: &Resource, namespace: &str, name: &str) -> Result<()> {
+        if !resource.info.namespaced {
+            return Ok(());
+        }
+        let key = format!("/registry/core/namespaces/{namespace}");
+        let Some(item) = self.store.get(key.as_bytes()).await? else {
+            let namespaces = self.catalog.find("", "v1", "namespaces").expect("namespaces are built in");
+            return Err(ApiError::not_found(&namespaces, namespace));
+        };
+        let ns: Value = serde_json::from_slice(&item.value).map_err(|e| ApiError::internal(e.to_string()))?;
+        if meta::path_str(&ns, "status.phase") == "Terminating" || meta::is_deleting(&ns) {
+            return Err(ApiError::forbidden(
+                &resource.info,
+                name,
+                format!("unable to create new content in namespace {namespace} because it is being terminated"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks what every object must satisfy: its type, its name, its namespace.
+    fn check_identity(resource: &Resource, namespace: &str, obj: &Value) -> Result<()> {
+        let info = &resource.info;
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the object must be a JSON object"));
+        }
+        if let Some(kind) = obj.get("kind").and_then(Value::as_str).filter(|k| !k.is_empty())
+            && kind != info.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind {kind:?} in the body does not match the resource {:?} (kind {:?})",
+                info.qualified(),
+                info.kind
+            )));
+        }
+        if let Some(api_version) = obj.get("apiVersion").and_then(Value::as_str).filter(|v| !v.is_empty())
+            && api_version != info.api_version()
+        {
+            return Err(ApiError::bad_request(format!(
+                "the apiVersion {api_version:?} in the body does not match the URL ({:?})",
+                info.api_version()
+            )));
+        }
+        let body_ns = meta::namespace(obj);
+        if info.namespaced && !body_ns.is_empty() && body_ns != namespace {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_name(resource: &Resource, name: &str) -> Result<()> {
+        if let Err(message) = resource.strategy.validate_name(name) {
+            return Err(ApiError::invalid(
+                &resource.info,
+                name,
+                vec![Cause::invalid("metadata.name", format!("Invalid value: {name:?}: {message}"))],
+            ));
+        }
+        Ok(())
+    }
+
+    /// POST: creates an object.
+    pub async fn create(&self, resource: &Resource, namespace: &str, body: Value, dry_run: bool) -> Result<Value> {
+        let info = &resource.info;
+        Self::check_identity(resource, namespace, &body)?;
+        let mut obj = body;
+        obj["apiVersion"] = json!(info.api_version());
+        obj["kind"] = json!(info.kind);
+        let generate = meta::meta_str(&obj, "generateName").to_string();
+        let given = meta::name(&obj).to_string();
+        if given.is_empty() && generate.is_empty() {
+            return Err(ApiError::invalid(
+                info,
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired",
+                    message: "name or generateName is required".into(),
+                    field: "metadata.name".into(),
+                }],
+            ));
+        }
+        {
+            let metadata = meta::metadata_mut(&mut obj);
+            if info.namespaced {
+                metadata.insert("namespace".into(), json!(namespace));
+            } else {
+                metadata.remove("namespace");
+            }
+            for cleared in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+                metadata.remove(cleared);
+            }
+            metadata.insert("uid".into(), json!(meta::new_uid()));
+            metadata.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+            metadata.insert("generation".into(), json!(1));
+        }
+        resource.strategy.prepare_for_create(&mut obj);
+        let check_name = if given.is_empty() { meta::generate_name(&generate) } else { given.clone() };
+        Self::check_name(resource, &check_name)?;
+        let causes = resource.strategy.validate(&obj);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(info, &check_name, causes));
+        }
+        self.check_namespace(resource, namespace, &check_name).await?;
+
+        let attempts = if given.is_empty() { GENERATE_NAME_ATTEMPTS } else { 1 };
+        for attempt in 0..attempts {
+            let name = if !given.is_empty() {
+                given.clone()
+            } else if attempt == 0 {
+                check_name.clone()
+            } else {
+                meta::generate_name(&generate)
+            };
+            meta::metadata_mut(&mut obj).insert("name".into(), json!(name));
+            let key = Self::key(info, namespace, &name);
+            if dry_run {
+                if self.store.get(key.as_bytes()).await?.is_some() {
+                    if given.is_empty() {
+                        continue;
+                    }
+                    return Err(ApiError::already_exists(info, &name));
+                }
+                return Ok(obj);
+            }
+            match self.store.create(key.as_bytes(), Self::encode(&obj)?).await {
+                Ok(item) => return Self::decode(info, &item),
+                Err(nest_storage::Error::AlreadyExists { .. }) if given.is_empty() => continue,
+                Err(nest_storage::Error::AlreadyExists { .. }) => return Err(ApiError::already_exists(info, &name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::already_exists(info, meta::name(&obj)).with_message(format!(
+            "{} could not find a free name for generateName {generate:?} after {attempts} attempts",
+            info.qualified()
+        )))
+    }
+
+    /// PUT: replaces an object (or, for `/status`, its status). Fails with 409 when the body's resourceVersion is
+    /// stale.
+    pub async fn update(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        body: Value,
+        subresource: Subresource,
+        dry_run: bool,
+    ) -> Result<Value> {
+        let info = &resource.info;
+        Self::check_identity(resource, namespace, &body)?;
+        let body_name = meta::name(&body);
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let key = Self::key(info, namespace, name);
+        let current = self.store.get(key.as_bytes()).await?.ok_or_else(|| ApiError::not_found(info, name))?;
+        let old = Self::decode(info, &current)?;
+        let wanted_rv = meta::meta_str(&body, "resourceVersion").to_string();
+        if !wanted_rv.is_empty() && wanted_rv != current.mod_revision.0.to_string() {
+            return Err(ApiError::conflict(info, name));
+        }
+        let mut obj = self.merge_update(resource, &old, body, subresource)?;
+        let causes = resource.strategy.validate_update(&obj, &old);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(info, name, causes));
+        }
+        if dry_run {
+            meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(current.mod_revision.0.to_string()));
+            return Ok(obj);
+        }
+        self.write_back(resource, &key, name, obj, current.mod_revision).await
+    }
+
+    /// Stores an updated object with compare-and-swap; an object being deleted whose finalizers are all gone is
+    /// removed instead.
+    async fn write_back(
+        &self,
+        resource: &Resource,
+        key: &str,
+        name: &str,
+        obj: Value,
+        expected: Revision,
+    ) -> Result<Value> {
+        let info = &resource.info;
+        if meta::is_deleting(&obj) && meta::finalizers(&obj).is_empty() && !namespace_waiting(info, &obj) {
+            return match self.store.delete(key.as_bytes(), Some(expected)).await {
+                Ok(deleted) => Self::decode_at(info, &Self::encode(&obj)?, deleted.revision),
+                Err(nest_storage::Error::Conflict { .. }) => Err(ApiError::conflict(info, name)),
+                Err(nest_storage::Error::NotFound { .. }) => Err(ApiError::not_found(info, name)),
+                Err(e) => Err(e.into()),
+            };
+        }
+        match self.store.update(key.as_bytes(), Self::encode(&obj)?, expected).await {
+            Ok(item) => Self::decode(info, &item),
+            Err(nest_storage::Error::Conflict { .. }) => Err(ApiError::conflict(info, name)),
+            Err(nest_storage::Error::NotFound { .. }) => Err(ApiError::not_found(info, name)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Builds the object an update stores from the old one and the body, keeping what clients may not change.
+    fn merge_update(&self, resource: &Resource, old: &Value, body: Value, subresource: Subresource) -> Result<Value> {
+        let info = &resource.info;
+        let mut obj = match subresource {
+            Subresource::Status => {
+                let mut obj = old.clone();
+                obj["status"] = body.get("status").cloned().unwrap_or(Value::Null);
+                obj
+            }
+            Subresource::Main => {
+                let mut obj = body;
+                if info.status {
+                    obj["status"] = old.get("status").cloned().unwrap_or(Value::Null);
+                }
+                obj
+            }
+        };
+        if obj.get("status").is_some_and(Value::is_null) {
+            obj.as_object_mut().expect("an object").remove("status");
+        }
+        obj["apiVersion"] = json!(info.api_version());
+        obj["kind"] = json!(info.kind);
+        let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        {
+            let metadata = meta::metadata_mut(&mut obj);
+            for kept in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
+                match old_meta.get(kept) {
+                    Some(value) => metadata.insert(kept.into(), value.clone()),
+                    None => metadata.remove(kept),
+                };
+            }
+            metadata.remove("resourceVersion");
+        }
+        if subresource == Subresource::Main {
+            resource.strategy.prepare_for_update(&mut obj, old);
+        }
+        if meta::is_deleting(old) {
+            let before = meta::finalizers(old);
+            if meta::finalizers(&obj).iter().any(|f| !before.contains(f)) {
+                return Err(ApiError::invalid(
+                    info,
+                    meta::name(old),
+                    vec![Cause {
+                        reason: "FieldValueForbidden",
+                        message: "Forbidden: no new finalizers can be added if the object is being deleted".into(),
+                        field: "metadata.finalizers".into(),
+                    }],
+                ));
+            }
+        }
+        // generation counts changes of everything but metadata and (with a status subresource) status.
+        let spec_changed = |a: &Value, b: &Value| {
+            let strip = |v: &Value| {
+                let mut v = v.clone();
+                if let Some(map) = v.as_object_mut() {
+                    map.remove("metadata");
+                    if info.status {
+                        map.remove("status");
+                    }
+                }
+                v
+            };
+            strip(a) != strip(b)
+        };
+        if spec_changed(&obj, old) {
+            let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+            meta::metadata_mut(&mut obj).insert("generation".into(), json!(generation));
+        }
+        Ok(obj)
+    }
+
+    /// Read-modify-write with retries on conflict: the mechanism under PATCH. `change` gets the current object
+    /// (with its resourceVersion) and returns the new one.
+    pub async fn update_with(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        subresource: Subresource,
+        dry_run: bool,
+        mut change: impl FnMut(&Value) -> Result<Value> + Send,
+    ) -> Result<Value> {
+        let info = &resource.info;
+        let key = Self::key(info, namespace, name);
+        for _ in 0..16 {
+            let current = self.store.get(key.as_bytes()).await?.ok_or_else(|| ApiError::not_found(info, name))?;
+            let old = Self::decode(info, &current)?;
+            let body = change(&old)?;
+            Self::check_identity(resource, namespace, &body)?;
+            if meta::name(&body) != name {
+                return Err(ApiError::bad_request("the patch must not change metadata.name"));
+            }
+            // A patch that sets resourceVersion asks for optimistic concurrency like a PUT.
+            let wanted_rv = meta::meta_str(&body, "resourceVersion").to_string();
+            if !wanted_rv.is_empty() && wanted_rv != current.mod_revision.0.to_string() {
+                return Err(ApiError::conflict(info, name));
+            }
+            let mut obj = self.merge_update(resource, &old, body, subresource)?;
+            let causes = resource.strategy.validate_update(&obj, &old);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(info, name, causes));
+            }
+            if dry_run {
+                meta::metadata_mut(&mut obj)
+                    .insert("resourceVersion".into(), json!(current.mod_revision.0.to_string()));
+                return Ok(obj);
+            }
+            match self.write_back(resource, &key, name, obj, current.mod_revision).await {
+                Err(e) if e.reason == "Conflict" && wanted_rv.is_empty() => continue,
+                other => return other,
+            }
+        }
+        Err(ApiError::conflict(info, name))
+    }
+
+    /// DELETE. Objects with finalizers (after the propagation policy adds its own) are marked with a
+    /// deletionTimestamp and kept; the rest are removed. Returns the object as it was last.
+    pub async fn delete(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Value> {
+        let info = &resource.info;
+        let key = Self::key(info, namespace, name);
+        for _ in 0..16 {
+            let current = self.store.get(key.as_bytes()).await?.ok_or_else(|| ApiError::not_found(info, name))?;
+            let mut obj = Self::decode(info, &current)?;
+            if let Some(uid) = &options.precondition_uid
+                && uid != meta::meta_str(&obj, "uid")
+            {
+                return Err(ApiError::conflict(info, name).with_message(format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta::meta_str(&obj, "uid")
+                )));
+            }
+            if let Some(rv) = &options.precondition_resource_version
+                && *rv != current.mod_revision.0.to_string()
+            {
+                return Err(ApiError::conflict(info, name).with_message(format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    current.mod_revision
+                )));
+            }
+            let mut finalizers = meta::finalizers(&obj);
+            if !meta::is_deleting(&obj) {
+                match options.propagation_policy.as_deref() {
+                    Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
+                        finalizers.push("foregroundDeletion".into())
+                    }
+                    Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => finalizers.push("orphan".into()),
+                    Some("Foreground" | "Orphan" | "Background") | None => {}
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            info,
+                            name,
+                            vec![Cause {
+                                reason: "FieldValueNotSupported",
+                                message: format!(
+                                    "Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+                                ),
+                                field: "propagationPolicy".into(),
+                            }],
+                        ));
+                    }
+                }
+            }
+            let graceful = !finalizers.is_empty() || namespace_waiting(info, &obj);
+            if !graceful {
+                if options.dry_run {
+                    return Ok(obj);
+                }
+                return match self.store.delete(key.as_bytes(), Some(current.mod_revision)).await {
+                    Ok(deleted) => Self::decode_at(info, &Self::encode(&obj)?, deleted.revision),
+                    Err(nest_storage::Error::Conflict { .. }) => continue,
+                    Err(nest_storage::Error::NotFound { .. }) => Err(ApiError::not_found(info, name)),
+                    Err(e) => Err(e.into()),
+                };
+            }
+            if meta::is_deleting(&obj) && finalizers == meta::finalizers(&obj) {
+                // Already being deleted; nothing changes.
+                return Ok(obj);
+            }
+            {
+                let metadata = meta::metadata_mut(&mut obj);
+                metadata.insert("finalizers".into(), json!(finalizers));
+                if !metadata.contains_key("deletionTimestamp") {
+                    metadata.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
+                    metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
+                }
+            }
+            if info.group.is_empty() && info.plural == "namespaces" {
+                obj["status"]["phase"] = json!("Terminating");
+            }
+            if options.dry_run {
+                return Ok(obj);
+            }
+            match self.store.update(key.as_bytes(), Self::encode(&obj)?, current.mod_revision).await {
+                Ok(item) => return Self::decode(info, &item),
+                Err(nest_storage::Error::Conflict { .. }) => continue,
+                Err(nest_storage::Error::NotFound { .. }) => return Err(ApiError::not_found(info, name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(info, name))
+    }
+
+    /// PUT namespaces/<name>/finalize: replaces `spec.finalizers`; a terminating namespace left with none is
+    /// removed.
+    pub async fn finalize_namespace(&self, name: &str, body: Value) -> Result<Value> {
+        let resource = self.resource("", "v1", "namespaces").expect("namespaces are built in");
+        let finalizers = body.get("spec").and_then(|s| s.get("finalizers")).cloned().unwrap_or_else(|| json!([]));
+        let key = Self::key(&resource.info, "", name);
+        let current = self.store.get(key.as_bytes()).await?.ok_or_else(|| ApiError::not_found(&resource.info, name))?;
+        let wanted_rv = meta::meta_str(&body, "resourceVersion");
+        if !wanted_rv.is_empty() && wanted_rv != current.mod_revision.0.to_string() {
+            return Err(ApiError::conflict(&resource.info, name));
+        }
+        let mut obj = Self::decode(&resource.info, &current)?;
+        obj["spec"]["finalizers"] = finalizers;
+        meta::metadata_mut(&mut obj).remove("resourceVersion");
+        self.write_back(&resource, &key, name, obj, current.mod_revision).await
+    }
+
+    // === watch ===
+
+    /// WATCH: the changes after `resourceVersion` (or, when it is unset or "0", the current objects as ADDED events
+    /// first), filtered by the selectors. A start too old for the retained history yields one ERROR event (410).
+    pub async fn watch(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        options: &ListOptions,
+        bookmark_every: Option<Duration>,
+    ) -> Result<BoxStream<'static, WatchEvent>> {
+        let info = resource.info.clone();
+        let filter = Filter::new(resource, options)?;
+        let prefix = Self::prefix(&info, namespace);
+        let rv = options.resource_version.as_deref().filter(|v| !v.is_empty() && *v != "0");
+        let (initial, from) = match rv {
+            Some(v) => (Vec::new(), parse_rv(v)?.next()),
+            None => {
+                let everything = ListOptions {
+                    label_selector: options.label_selector.clone(),
+                    field_selector: options.field_selector.clone(),
+                    ..ListOptions::default()
+                };
+                let list = self.list(resource, namespace, &everything).await?;
+                let revision = parse_rv(list["metadata"]["resourceVersion"].as_str().unwrap_or("0"))?;
+                let items = list["items"].as_array().cloned().unwrap_or_default();
+                let events: Vec<Value> = items.into_iter().map(|obj| json!({"type": "ADDED", "object": obj})).collect();
+                (events, revision.next())
+            }
+        };
+        let stream = self.store.watch(prefix.as_bytes(), from).await?;
+        let state =
+            WatchState { info, filter, stream, last: Revision(from.0.saturating_sub(1)), bookmark_every, done: false };
+        let live = futures_util::stream::unfold(state, |mut state| async move {
+            let event = state.next().await?;
+            Some((event, state))
+        });
+        Ok(futures_util::stream::iter(initial).chain(live).boxed())
+    }
+}
+
+/// A namespace keeps existing while `spec.finalizers` (the namespace controller's) remain, even once terminating.
+fn namespace_waiting(info: &ResourceInfo, obj: &Value) -> bool {
+    info.group.is_empty()
+        && info.plural == "namespaces"
+        && obj.get("spec").and_then(|s| s.get("finalizers")).and_then(Value::as_array).is_some_and(|f| !f.is_empty())
+}
+
+struct WatchState {
+    info: Arc<ResourceInfo>,
+    filter: Filter,
+    stream: nest_storage::WatchStream,
+    /// The revision of the last change delivered or skipped: what a bookmark reports.
+    last: Revision,
+    bookmark_every: Option<Duration>,
+    done: bool,
+}
+
+impl WatchState {
+    async fn next(&mut self) -> Option<WatchEvent> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let next = match self.bookmark_every {
+                Some(every) => match tokio::time::timeout(every, self.stream.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        return Some(json!({
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": self.info.kind,
+                                "apiVersion": self.info.api_version(),
+                                "metadata": {"resourceVersion": self.last.0.to_string()},
+                            },
+                        }));
+                    }
+                },
+                None => self.stream.next().await,
+            };
+            let event = match next {
+                None => return None,
+                Some(Err(error)) => {
+                    self.done = true;
+                    let status = match error {
+                        nest_storage::Error::Compacted { requested } => ApiError::expired(format!(
+                            "too old resource version: {} ({requested})",
+                            requested.0.saturating_sub(1)
+                        )),
+                        nest_storage::Error::WatchOverflow => ApiError::expired(
+                            "the watch fell behind and was stopped; list again and watch from the new resourceVersion",
+                        ),
+                        other => ApiError::internal(other.to_string()),
+                    };
+                    return Some(json!({"type": "ERROR", "object": status.to_status()}));
+                }
+                Some(Ok(event)) => event,
+            };
+            self.last = event.revision;
+            let obj = match Registry::decode_at(&self.info, &event.value, event.revision) {
+                Ok(obj) => obj,
+                Err(error) => return Some(json!({"type": "ERROR", "object": error.to_status()})),
+            };
+            if !self.filter.matches(&obj) {
+                continue;
+            }
+            let kind = match event.kind {
+                EventKind::Delete => "DELETED",
+                EventKind::Put if event.is_create() => "ADDED",
+                EventKind::Put => "MODIFIED",
+            };
+            return Some(json!({"type": kind, "object": obj}));
+        }
+    }
+}
+
+fn parse_rv(text: &str) -> Result<Revision> {
+    text.parse::<u64>().map(Revision).map_err(|_| ApiError::bad_request(format!("invalid resource version: {text:?}")))
+}
+
+fn list_error(error: nest_storage::Error, options: &ListOptions) -> ApiError {
+    match error {
+        nest_storage::Error::Compacted { requested } if options.continue_token.is_some() => ApiError::expired(format!(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new \
+             list without the continue parameter, or use the continue token in this response to retrieve the \
+             remainder of the results. Continuing with the provided token results in an inconsistent list - objects \
+             that were created, modified, or deleted between the time the first chunk was returned and now may show \
+             up in the list. (revision {requested})"
+        )),
+        other => other.into(),
+    }
+}
+
+/// Continue tokens: base64 of `{"v":"meta.k8s.io/v1","rv":R,"start":"<key>"}`, as kube-apiserver shapes them.
+fn encode_continue(revision: Revision, key: &str) -> String {
+    let token = json!({"v": "meta.k8s.io/v1", "rv": revision.0, "start": key});
+    crate::base64::encode(token.to_string().as_bytes())
+}
+
+fn decode_continue(token: &str) -> Result<(Revision, String)> {
+    let bad = || {
+        ApiError::bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        )
+    };
+    let bytes = crate::base64::decode(token).ok_or_else(bad)?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    let revision = value.get("rv").and_then(Value::as_u64).ok_or_else(bad)?;
+    let start = value.get("start").and_then(Value::as_str).ok_or_else(bad)?;
+    Ok((Revision(revision), start.to_string()))
+}
+
+impl ApiError {
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> ApiError {
+        self.message = message.into();
+        self
+    }
+}
