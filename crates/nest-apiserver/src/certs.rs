@@ -54,7 +54,12 @@ fn ca_params() -> CertificateParams {
     params
 }
 
-fn leaf(names: Vec<String>, common_name: &str, organization: Option<&str>, usage: ExtendedKeyUsagePurpose) -> anyhow::Result<CertificateParams> {
+fn leaf(
+    names: Vec<String>,
+    common_name: &str,
+    organization: Option<&str>,
+    usage: ExtendedKeyUsagePurpose,
+) -> anyhow::Result<CertificateParams> {
     let mut params = CertificateParams::new(names)?;
     params.distinguished_name = dn(common_name, organization);
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
@@ -64,7 +69,13 @@ fn leaf(names: Vec<String>, common_name: &str, organization: Option<&str>, usage
 
 /// The names the serving certificate must carry.
 pub fn serving_names(ips: &[IpAddr], extra_dns: &[String]) -> Vec<String> {
-    let mut names: Vec<String> = vec!["localhost".into(), "kubernetes".into(), "kubernetes.default".into(), "kubernetes.default.svc".into(), "kubernetes.default.svc.cluster.local".into()];
+    let mut names: Vec<String> = vec![
+        "localhost".into(),
+        "kubernetes".into(),
+        "kubernetes.default".into(),
+        "kubernetes.default.svc".into(),
+        "kubernetes.default.svc.cluster.local".into(),
+    ];
     names.extend(extra_dns.iter().cloned());
     for ip in ips {
         names.push(ip.to_string());
@@ -117,7 +128,8 @@ impl Pki {
             (read(&files.path("apiserver.crt"))?, read(&files.path("apiserver.key"))?)
         } else {
             let key = KeyPair::generate()?;
-            let cert = leaf(names.to_vec(), "kube-apiserver", None, ExtendedKeyUsagePurpose::ServerAuth)?.signed_by(&key, &issuer)?;
+            let cert = leaf(names.to_vec(), "kube-apiserver", None, ExtendedKeyUsagePurpose::ServerAuth)?
+                .signed_by(&key, &issuer)?;
             write_private(&files.path("apiserver.key"), &key.serialize_pem())?;
             std::fs::write(files.path("apiserver.crt"), cert.pem())?;
             std::fs::write(&names_file, &wanted)?;

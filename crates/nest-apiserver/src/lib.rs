@@ -1,1 +1,137 @@
-//! placeholder
+//! nest's Kubernetes-compatible API server.
+//!
+//! [`serve`] binds the listener, creates (or loads) the PKI under the data directory, writes
+//! `DATA_DIR/admin.kubeconfig`, then serves HTTPS (HTTP/2 and HTTP/1.1) until told to stop. Each connection's client
+//! certificate is verified against the cluster CA ([`auth`]); each request goes through [`handler`], which turns
+//! it into a call on the generic registry ([`nest_registry::Registry`]) over a storage backend
+//! ([`nest_storage::Store`]). Discovery documents come from [`discovery`].
+//!
+//! Start with [`serve`]; `docs/ARCHITECTURE.md` draws the path of a request.
+
+pub mod auth;
+pub mod certs;
+pub mod discovery;
+pub mod handler;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use nest_registry::{Catalog, Registry};
+use nest_storage::Store;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+
+use crate::auth::{Tokens, user_from_certificate};
+use crate::handler::State;
+
+/// How `nest apiserver` is set up.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Holds the PKI, `admin.kubeconfig` and (for the embedded backend) the store.
+    pub data_dir: PathBuf,
+    /// Where to listen; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// A static token file (`token,user,uid,"groups"`), if any.
+    pub token_file: Option<PathBuf>,
+    /// Extra DNS names for the serving certificate.
+    pub extra_sans: Vec<String>,
+}
+
+/// A server that is listening.
+pub struct Serving {
+    /// The address bound.
+    pub address: SocketAddr,
+    /// `DATA_DIR/admin.kubeconfig`.
+    pub kubeconfig: PathBuf,
+}
+
+/// Serves the API over `store` until `shutdown` completes. `ready` is called once, when the server accepts
+/// connections.
+pub async fn serve(
+    config: Config,
+    store: Arc<dyn Store>,
+    ready: impl FnOnce(&Serving),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("listening on {}", config.listen))?;
+    let address = listener.local_addr()?;
+    let mut ips = vec![address.ip()];
+    if address.ip().is_unspecified() {
+        ips = vec!["127.0.0.1".parse().expect("an address")];
+    }
+    let names = certs::serving_names(&ips, &config.extra_sans);
+    let pki = certs::Pki::load_or_create(&config.data_dir, &names)?;
+    let host =
+        if address.ip().is_unspecified() { format!("127.0.0.1:{}", address.port()) } else { address.to_string() };
+    let server_url = format!("https://{host}");
+    let kubeconfig = config.data_dir.join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, certs::kubeconfig(&server_url, &pki.ca_cert, &pki.admin_cert, &pki.admin_key, "admin"))
+        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    let tls = tls_config(&pki)?;
+    let tokens = match &config.token_file {
+        Some(path) => Tokens::load(path)?,
+        None => Tokens::default(),
+    };
+    let state = Arc::new(State { registry: Registry::new(store, Catalog::builtin()), tokens, address: host });
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    ready(&Serving { address, kubeconfig });
+
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "accepting a connection");
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let (acceptor, state) = (acceptor.clone(), state.clone());
+        tokio::spawn(async move {
+            let _ = tcp.set_nodelay(true);
+            let tls = match acceptor.accept(tcp).await {
+                Ok(tls) => tls,
+                Err(error) => {
+                    tracing::debug!(%error, "TLS handshake failed");
+                    return;
+                }
+            };
+            let user =
+                tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| user_from_certificate(c));
+            let service = service_fn(move |request| {
+                let (state, user) = (state.clone(), user.clone());
+                async move { Ok::<_, std::convert::Infallible>(handler::handle(state, user, request).await) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(error) = builder.serve_connection(TokioIo::new(tls), service).await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// TLS with an optional client certificate: one signed by the cluster CA identifies the user; without one the
+/// request is anonymous and only health and version endpoints answer.
+fn tls_config(pki: &certs::Pki) -> anyhow::Result<rustls::ServerConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(pki.ca_cert.as_bytes()).context("reading the CA certificate")?)?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).allow_unauthenticated().build()?;
+    let chain = vec![
+        CertificateDer::from_pem_slice(pki.serving_cert.as_bytes()).context("reading the serving certificate")?,
+        CertificateDer::from_pem_slice(pki.ca_cert.as_bytes())?,
+    ];
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key.as_bytes()).context("reading the serving key")?;
+    let mut config =
+        rustls::ServerConfig::builder().with_client_cert_verifier(verifier).with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}

@@ -1,8 +1,9 @@
 //! `nest`: nested Kubernetes control planes. One binary; each subcommand is one component or tool.
 //!
-//! Today: `nest bench store`, the storage benchmark. See `docs/ARCHITECTURE.md` for where each part lives.
+//! Today: `nest apiserver` and `nest bench store`. See `docs/ARCHITECTURE.md` for where each part lives.
 
 mod bench;
+mod cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -16,6 +17,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The Kubernetes-compatible API server.
+    Apiserver(cmd::apiserver::Args),
     /// Benchmarks that print one JSON line per measured configuration.
     Bench {
         #[command(subcommand)]
@@ -31,6 +34,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
+        Command::Apiserver(args) => runtime.block_on(cmd::apiserver::run(args)),
         Command::Bench { which } => runtime.block_on(bench::run(which)),
     }
 }

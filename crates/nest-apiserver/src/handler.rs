@@ -1,0 +1,508 @@
+//! From an HTTP request to a registry call and back: routing, query and body decoding, and the one place an
+//! [`ApiError`] becomes an HTTP response.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use nest_registry::patch::{json_patch, merge_patch};
+use nest_registry::{ApiError, DeleteOptions, ListOptions, Registry, Resource, Result, Subresource};
+use serde_json::{Value, json};
+
+use crate::auth::{Tokens, User};
+use crate::discovery;
+
+/// The largest request body accepted (kube-apiserver's limit is 3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+/// How long a watch lasts when the client does not say.
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+/// How often a quiet watch that asked for bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
+
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// What every request handler shares.
+pub struct State {
+    pub registry: Registry,
+    pub tokens: Tokens,
+    /// `host:port` clients reach this server at.
+    pub address: String,
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = Response::new(full(value.to_string()));
+    *response.status_mut() = code;
+    response.headers_mut().insert("content-type", "application/json".parse().expect("a header value"));
+    response
+}
+
+fn text_response(text: &'static str) -> Response<Body> {
+    let mut response = Response::new(full(text));
+    response.headers_mut().insert("content-type", "text/plain; charset=utf-8".parse().expect("a header value"));
+    response
+}
+
+/// The one place a request error becomes a response: a `Status` with the error's code.
+pub fn error_response(error: &ApiError) -> Response<Body> {
+    let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = json_response(code, &error.to_status());
+    if let Some(seconds) = error.retry_after {
+        response.headers_mut().insert("retry-after", seconds.to_string().parse().expect("a header value"));
+    }
+    response
+}
+
+/// Serves one request from `user` (`None` when the client proved no identity).
+pub async fn handle(state: Arc<State>, cert_user: Option<User>, request: Request<Incoming>) -> Response<Body> {
+    let path = request.uri().path().to_string();
+    let method = request.method().clone();
+    let response = match serve(&state, cert_user, request).await {
+        Ok(response) => response,
+        Err(error) => error_response(&error),
+    };
+    tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
+    response
+}
+
+/// Decoded query parameters.
+#[derive(Default, Debug)]
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(query: Option<&str>) -> Result<Query> {
+        let mut pairs = Vec::new();
+        for part in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            pairs.push((percent_decode(k)?, percent_decode(v)?));
+        }
+        Ok(Query(pairs))
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("true" | "1"))
+    }
+
+    fn dry_run(&self) -> Result<bool> {
+        match self.get("dryRun") {
+            None | Some("") => Ok(false),
+            Some("All") => Ok(true),
+            Some(other) => {
+                Err(ApiError::bad_request(format!("Unsupported value: {other:?}: supported values: \"All\"")))
+            }
+        }
+    }
+
+    fn list_options(&self) -> Result<ListOptions> {
+        let limit = match self.get("limit").filter(|l| !l.is_empty()) {
+            Some(l) => Some(l.parse::<usize>().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?),
+            None => None,
+        };
+        Ok(ListOptions {
+            label_selector: self.get("labelSelector").map(str::to_string),
+            field_selector: self.get("fieldSelector").map(str::to_string),
+            limit,
+            continue_token: self.get("continue").map(str::to_string),
+            resource_version: self.get("resourceVersion").map(str::to_string),
+            resource_version_match: self.get("resourceVersionMatch").map(str::to_string),
+            allow_watch_bookmarks: self.flag("allowWatchBookmarks"),
+        })
+    }
+}
+
+fn percent_decode(text: &str) -> Result<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+                let byte = hex.and_then(|h| u8::from_str_radix(h, 16).ok());
+                out.push(byte.ok_or_else(|| ApiError::bad_request(format!("invalid escape in query {text:?}")))?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| ApiError::bad_request("the query is not UTF-8"))
+}
+
+/// What a resource path names.
+struct Target {
+    resource: Resource,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+/// Parses the segments after `/api/v1` or `/apis/<group>/<version>`.
+fn target(state: &State, group: &str, version: &str, segments: &[&str]) -> Result<Target> {
+    let find = |plural: &str| state.registry.resource(group, version, plural).ok_or_else(ApiError::no_route);
+    let (namespace, rest): (Option<String>, &[&str]) = match segments {
+        ["namespaces", ns, plural, rest @ ..]
+            if state.registry.resource(group, version, plural).is_some_and(|r| r.info.namespaced) =>
+        {
+            (Some(ns.to_string()), &segments[2..][..1 + rest.len()])
+        }
+        _ => (None, segments),
+    };
+    let (resource, name, subresource) = match rest {
+        [plural] => (find(plural)?, None, None),
+        [plural, name] => (find(plural)?, Some(name.to_string()), None),
+        [plural, name, sub] => (find(plural)?, Some(name.to_string()), Some(sub.to_string())),
+        _ => return Err(ApiError::no_route()),
+    };
+    if resource.info.namespaced && namespace.is_none() && name.is_some() {
+        // /api/v1/pods/<name> names nothing: namespaced objects live under a namespace.
+        return Err(ApiError::no_route());
+    }
+    if let Some(sub) = &subresource {
+        let known = (sub == "status" && resource.info.status)
+            || (sub == "scale" && resource.info.scale)
+            || (sub == "finalize" && resource.info.group.is_empty() && resource.info.plural == "namespaces");
+        if !known {
+            return Err(ApiError::no_route());
+        }
+    }
+    Ok(Target { resource, namespace, name, subresource })
+}
+
+async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Incoming>) -> Result<Response<Body>> {
+    let path = request.uri().path().trim_end_matches('/').to_string();
+    let path = if path.is_empty() { "/".to_string() } else { path };
+    // Health and version are open to anyone, as in kube-apiserver's default RBAC.
+    match path.as_str() {
+        "/version" => return Ok(json_response(StatusCode::OK, &discovery::version())),
+        "/healthz" | "/livez" | "/readyz" => return Ok(text_response("ok")),
+        p if p.starts_with("/healthz/") || p.starts_with("/livez/") || p.starts_with("/readyz/") => {
+            return Ok(text_response("ok"));
+        }
+        _ => {}
+    }
+    let token_user =
+        request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
+    if cert_user.is_none() && token_user.is_none() {
+        return Err(ApiError::unauthorized());
+    }
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let catalog = state.registry.catalog();
+    let method = request.method().clone();
+    let discovery_get = |doc: Option<Value>| -> Result<Response<Body>> {
+        if method != Method::GET {
+            return Err(ApiError::method_not_allowed(format!("the server does not allow this method on {path}")));
+        }
+        doc.map(|d| json_response(StatusCode::OK, &d)).ok_or_else(ApiError::no_route)
+    };
+    match segments.as_slice() {
+        ["api"] => discovery_get(Some(discovery::api_versions(&state.address))),
+        ["api", "v1"] => discovery_get(discovery::api_resource_list(catalog, "", "v1")),
+        ["apis"] => discovery_get(Some(discovery::api_group_list(catalog))),
+        ["apis", group] => discovery_get(discovery::api_group(catalog, group)),
+        ["apis", group, version] => discovery_get(discovery::api_resource_list(catalog, group, version)),
+        ["api", "v1", rest @ ..] => {
+            let target = target(state, "", "v1", rest)?;
+            resource_request(state, target, request).await
+        }
+        ["apis", group, version, rest @ ..] => {
+            let target = target(state, group, version, rest)?;
+            resource_request(state, target, request).await
+        }
+        _ => Err(ApiError::no_route()),
+    }
+}
+
+/// Reads a request body, refusing more than [`MAX_BODY`] bytes with 413.
+async fn read_body(body: Incoming) -> Result<Bytes> {
+    match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            Err(ApiError::too_large(format!("the request body is over the limit of {MAX_BODY} bytes")))
+        }
+        Err(error) => Err(ApiError::bad_request(format!("reading the request body: {error}"))),
+    }
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+fn content_type(request: &Request<Incoming>) -> String {
+    request
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// Decodes an object body; only JSON is accepted for now.
+fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
+    match content_type {
+        "" | "application/json" | "*/*" => parse_json(bytes),
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json"
+        ))),
+    }
+}
+
+async fn resource_request(state: &Arc<State>, target: Target, request: Request<Incoming>) -> Result<Response<Body>> {
+    let query = Query::parse(request.uri().query())?;
+    let method = request.method().clone();
+    let registry = &state.registry;
+    let info = target.resource.info.clone();
+    let namespace = target.namespace.clone().unwrap_or_default();
+    let ns = if info.namespaced { namespace.as_str() } else { "" };
+    let content_type = content_type(&request);
+    let verb_allowed = |verb: &str| -> Result<()> {
+        if info.verbs.iter().any(|v| v == verb) {
+            Ok(())
+        } else {
+            Err(ApiError::method_not_allowed(format!("{verb} is not supported on {}", info.qualified())))
+        }
+    };
+
+    match (&method, target.name.as_deref(), target.subresource.as_deref()) {
+        // === collections ===
+        (&Method::GET, None, None) => {
+            let options = query.list_options()?;
+            let scope = target.namespace.as_deref();
+            if query.flag("watch") {
+                verb_allowed("watch")?;
+                let timeout = match query.get("timeoutSeconds").filter(|t| !t.is_empty()) {
+                    Some(t) => Duration::from_secs(
+                        t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+                    ),
+                    None => DEFAULT_WATCH_TIMEOUT,
+                };
+                let bookmarks = options.allow_watch_bookmarks.then_some(BOOKMARK_EVERY);
+                let events = registry.watch(&target.resource, scope, &options, bookmarks).await?;
+                return Ok(watch_response(events, timeout));
+            }
+            verb_allowed("list")?;
+            Ok(json_response(StatusCode::OK, &registry.list(&target.resource, scope, &options).await?))
+        }
+        (&Method::POST, None, None) => {
+            verb_allowed("create")?;
+            let body = decode_object(&content_type, &read_body(request.into_body()).await?)?;
+            let created = registry.create(&target.resource, ns, body, query.dry_run()?).await?;
+            Ok(json_response(StatusCode::CREATED, &created))
+        }
+        (&Method::DELETE, None, None) => {
+            verb_allowed("deletecollection")?;
+            let body = read_body(request.into_body()).await?;
+            let delete = delete_options(&query, &body)?;
+            let list = registry.list(&target.resource, target.namespace.as_deref(), &query.list_options()?).await?;
+            let mut deleted = Vec::new();
+            for item in list["items"].as_array().into_iter().flatten() {
+                let item_ns = nest_registry::meta::namespace(item).to_string();
+                let name = nest_registry::meta::name(item).to_string();
+                match registry.delete(&target.resource, &item_ns, &name, &delete).await {
+                    Ok(obj) => deleted.push(obj),
+                    Err(e) if e.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let mut answer = list;
+            answer["items"] = json!(deleted);
+            Ok(json_response(StatusCode::OK, &answer))
+        }
+
+        // === one object ===
+        (&Method::GET, Some(name), None | Some("status")) => {
+            verb_allowed("get")?;
+            Ok(json_response(StatusCode::OK, &registry.get(&target.resource, ns, name).await?))
+        }
+        (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
+            verb_allowed("update")?;
+            let body = decode_object(&content_type, &read_body(request.into_body()).await?)?;
+            let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
+            let updated = registry.update(&target.resource, ns, name, body, subresource, query.dry_run()?).await?;
+            Ok(json_response(StatusCode::OK, &updated))
+        }
+        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
+            verb_allowed("patch")?;
+            let patch = parse_patch(&content_type, &read_body(request.into_body()).await?)?;
+            let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
+            let patched = registry
+                .update_with(&target.resource, ns, name, subresource, query.dry_run()?, |current| {
+                    apply_patch(&patch, current)
+                })
+                .await?;
+            Ok(json_response(StatusCode::OK, &patched))
+        }
+        (&Method::DELETE, Some(name), None) => {
+            verb_allowed("delete")?;
+            let body = read_body(request.into_body()).await?;
+            let options = delete_options(&query, &body)?;
+            let obj = registry.delete(&target.resource, ns, name, &options).await?;
+            // 202 when the object lingers (finalizers), 200 when it is gone.
+            let code = if nest_registry::meta::is_deleting(&obj) { StatusCode::ACCEPTED } else { StatusCode::OK };
+            Ok(json_response(code, &obj))
+        }
+
+        // === subresources ===
+        (&Method::PUT, Some(name), Some("finalize")) => {
+            let body = decode_object(&content_type, &read_body(request.into_body()).await?)?;
+            Ok(json_response(StatusCode::OK, &registry.finalize_namespace(name, body).await?))
+        }
+        (&Method::GET, Some(name), Some("scale")) => {
+            let obj = registry.get(&target.resource, ns, name).await?;
+            Ok(json_response(StatusCode::OK, &scale_of(&obj)))
+        }
+        (&Method::PUT | &Method::PATCH, Some(name), Some("scale")) => {
+            let bytes = read_body(request.into_body()).await?;
+            let change: Box<dyn Fn(&Value) -> Result<Value> + Send + Sync> = if method == Method::PUT {
+                let scale = decode_object(&content_type, &bytes)?;
+                Box::new(move |_current: &Value| Ok(scale.clone()))
+            } else {
+                let patch = parse_patch(&content_type, &bytes)?;
+                Box::new(move |current: &Value| apply_patch(&patch, current))
+            };
+            let updated = registry
+                .update_with(&target.resource, ns, name, Subresource::Main, query.dry_run()?, |current| {
+                    let scale = change(&scale_of(current))?;
+                    let wanted_rv = nest_registry::meta::meta_str(&scale, "resourceVersion");
+                    if !wanted_rv.is_empty() && wanted_rv != nest_registry::meta::meta_str(current, "resourceVersion") {
+                        return Err(ApiError::conflict(&info, name));
+                    }
+                    let replicas =
+                        scale.get("spec").and_then(|s| s.get("replicas")).and_then(Value::as_i64).ok_or_else(|| {
+                            ApiError::invalid(&info, name, vec![nest_registry::Cause::required("spec.replicas")])
+                        })?;
+                    if replicas < 0 {
+                        return Err(ApiError::invalid(
+                            &info,
+                            name,
+                            vec![nest_registry::Cause::invalid(
+                                "spec.replicas",
+                                format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+                            )],
+                        ));
+                    }
+                    let mut obj = current.clone();
+                    nest_registry::meta::metadata_mut(&mut obj).remove("resourceVersion");
+                    obj["spec"]["replicas"] = json!(replicas);
+                    Ok(obj)
+                })
+                .await?;
+            Ok(json_response(StatusCode::OK, &scale_of(&updated)))
+        }
+        _ => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
+    }
+}
+
+/// A patch body with its type.
+enum Patch {
+    Merge(Value),
+    Json(Value),
+}
+
+fn parse_patch(content_type: &str, bytes: &[u8]) -> Result<Patch> {
+    match content_type {
+        "application/merge-patch+json" => Ok(Patch::Merge(parse_json(bytes)?)),
+        "application/json-patch+json" => Ok(Patch::Json(parse_json(bytes)?)),
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({other}) - accepted media types include: \
+             application/json-patch+json, application/merge-patch+json (strategic merge patch and server-side \
+             apply are not served yet)"
+        ))),
+    }
+}
+
+fn apply_patch(patch: &Patch, current: &Value) -> Result<Value> {
+    let mut obj = current.clone();
+    match patch {
+        Patch::Merge(p) => merge_patch(&mut obj, p),
+        Patch::Json(p) => json_patch(&mut obj, p).map_err(|e| ApiError {
+            code: 422,
+            reason: "Invalid",
+            ..ApiError::bad_request(format!("the server rejected our request due to an error in our request: {e}"))
+        })?,
+    }
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the patched object is not a JSON object"));
+    }
+    Ok(obj)
+}
+
+/// `autoscaling/v1` Scale of a workload.
+fn scale_of(obj: &Value) -> Value {
+    let selector = obj
+        .get("spec")
+        .and_then(|s| s.get("selector"))
+        .and_then(|s| s.get("matchLabels"))
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": obj["metadata"]["name"],
+            "namespace": obj["metadata"]["namespace"],
+            "uid": obj["metadata"]["uid"],
+            "resourceVersion": obj["metadata"]["resourceVersion"],
+            "creationTimestamp": obj["metadata"]["creationTimestamp"],
+        },
+        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(1)},
+        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
+    })
+}
+
+/// `DeleteOptions` from the body (kubectl sends one without TypeMeta) and the query.
+fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions> {
+    let body: Value = if body.iter().all(u8::is_ascii_whitespace) { json!({}) } else { parse_json(body)? };
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    let preconditions = body.get("preconditions").cloned().unwrap_or(Value::Null);
+    let dry_run_body = body.get("dryRun").and_then(Value::as_array).is_some_and(|d| d.iter().any(|v| v == "All"));
+    let mut propagation = body.get("propagationPolicy").and_then(text);
+    if let Some(p) = query.get("propagationPolicy").filter(|p| !p.is_empty()) {
+        propagation = Some(p.to_string());
+    }
+    if propagation.is_none() && body.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+        propagation = Some("Orphan".into());
+    }
+    Ok(DeleteOptions {
+        propagation_policy: propagation,
+        precondition_uid: preconditions.get("uid").and_then(text),
+        precondition_resource_version: preconditions.get("resourceVersion").and_then(text),
+        dry_run: dry_run_body || query.dry_run()?,
+    })
+}
+
+/// A watch: HTTP 200, chunked, one JSON event per line, each flushed as it comes; ends after `timeout`.
+fn watch_response(events: futures_util::stream::BoxStream<'static, Value>, timeout: Duration) -> Response<Body> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let lines = events.take_until(tokio::time::sleep_until(deadline)).map(|event| {
+        let mut line = event.to_string();
+        line.push('\n');
+        Ok::<_, Infallible>(Frame::data(Bytes::from(line)))
+    });
+    let mut response = Response::new(BodyExt::boxed_unsync(StreamBody::new(lines)));
+    response.headers_mut().insert("content-type", "application/json".parse().expect("a header value"));
+    response.headers_mut().insert("cache-control", "no-cache, private".parse().expect("a header value"));
+    response
+}

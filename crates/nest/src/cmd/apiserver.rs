@@ -1,0 +1,78 @@
+//! `nest apiserver`: the Kubernetes-compatible API server over the chosen storage backend.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use nest_storage::Store;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Holds the PKI, admin.kubeconfig and, with embedded storage, the database.
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
+    /// Address and port to serve HTTPS on (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// `embedded` (a database in DATA_DIR/store) or `etcd=URL[,URL…]`.
+    #[arg(long, value_name = "BACKEND", default_value = "embedded")]
+    storage: String,
+    /// The range ClusterIPs are allocated from.
+    #[arg(long, value_name = "CIDR", default_value = "10.96.0.0/12")]
+    service_cidr: String,
+    /// Static bearer tokens: lines of `token,user,uid,"group1,group2"`.
+    #[arg(long, value_name = "FILE")]
+    token_auth_file: Option<PathBuf>,
+}
+
+async fn open_store(args: &Args) -> anyhow::Result<Arc<dyn Store>> {
+    if args.storage == "embedded" {
+        let dir = args.data_dir.join("store");
+        let store = nest_storage::embedded::EmbeddedStore::open(&dir, Default::default())?;
+        return Ok(Arc::new(store));
+    }
+    if let Some(urls) = args.storage.strip_prefix("etcd=") {
+        let urls: Vec<String> = urls.split(',').map(str::to_string).collect();
+        return open_etcd(urls).await;
+    }
+    anyhow::bail!("--storage must be `embedded` or `etcd=URL[,URL…]`, not {:?}", args.storage)
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd(urls: Vec<String>) -> anyhow::Result<Arc<dyn Store>> {
+    let store = nest_storage::etcd::EtcdStore::connect(&urls, Default::default()).await?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(_: Vec<String>) -> anyhow::Result<Arc<dyn Store>> {
+    anyhow::bail!("this nest was built without the `etcd` feature; rebuild with `--features etcd`")
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let _ = &args.service_cidr;
+    let store = open_store(&args).await?;
+    let config = nest_apiserver::Config {
+        data_dir: args.data_dir.clone(),
+        listen: args.listen,
+        token_file: args.token_auth_file.clone(),
+        extra_sans: Vec::new(),
+    };
+    let ready = |serving: &nest_apiserver::Serving| {
+        eprintln!(
+            "nest apiserver: serving https://{} ({} storage), kubeconfig {}",
+            serving.address,
+            store_name(&args.storage),
+            serving.kubeconfig.display()
+        );
+    };
+    nest_apiserver::serve(config, store, ready, super::shutdown_signal()).await?;
+    eprintln!("nest apiserver: stopped");
+    Ok(())
+}
+
+fn store_name(storage: &str) -> &str {
+    if storage == "embedded" { "embedded" } else { "etcd" }
+}
