@@ -56,7 +56,7 @@ fn text_response(text: &'static str) -> Response<Body> {
 pub fn error_response(error: &ApiError) -> Response<Body> {
     let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = json_response(code, &error.to_status());
-    if let Some(seconds) = error.retry_after {
+    if let Some(seconds) = error.details.retry_after {
         response.headers_mut().insert("retry-after", seconds.to_string().parse().expect("a header value"));
     }
     response
@@ -372,12 +372,16 @@ async fn resource_request(state: &Arc<State>, target: Target, request: Request<I
         }
         (&Method::PUT | &Method::PATCH, Some(name), Some("scale")) => {
             let bytes = read_body(request.into_body()).await?;
-            let change: Box<dyn Fn(&Value) -> Result<Value> + Send + Sync> = if method == Method::PUT {
-                let scale = decode_object(&content_type, &bytes)?;
-                Box::new(move |_current: &Value| Ok(scale.clone()))
+            // PUT replaces the Scale; PATCH patches the current one.
+            let (replacement, patch) = if method == Method::PUT {
+                (Some(decode_object(&content_type, &bytes)?), None)
             } else {
-                let patch = parse_patch(&content_type, &bytes)?;
-                Box::new(move |current: &Value| apply_patch(&patch, current))
+                (None, Some(parse_patch(&content_type, &bytes)?))
+            };
+            let change = |current: &Value| match (&replacement, &patch) {
+                (Some(scale), _) => Ok(scale.clone()),
+                (None, Some(patch)) => apply_patch(patch, current),
+                (None, None) => unreachable!("either a replacement or a patch"),
             };
             let updated = registry
                 .update_with(&target.resource, ns, name, Subresource::Main, query.dry_run()?, |current| {

@@ -38,6 +38,13 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
+    /// Boxed so that `Result<T, ApiError>` stays small on the happy path.
+    pub details: Box<Details>,
+}
+
+/// The `details` of a `Status`.
+#[derive(Clone, Debug, Default)]
+pub struct Details {
     /// `details.group`, `details.kind` (the resource's plural, as kube-apiserver sends it), `details.name`.
     pub group: Option<String>,
     pub kind: Option<String>,
@@ -49,22 +56,13 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code,
-            reason,
-            message: message.into(),
-            group: None,
-            kind: None,
-            name: None,
-            causes: Vec::new(),
-            retry_after: None,
-        }
+        ApiError { code, reason, message: message.into(), details: Box::default() }
     }
 
     fn about(mut self, info: &ResourceInfo, name: &str) -> ApiError {
-        self.group = Some(info.group.clone());
-        self.kind = Some(info.plural.clone());
-        self.name = Some(name.to_string()).filter(|n| !n.is_empty());
+        self.details.group = Some(info.group.clone());
+        self.details.kind = Some(info.plural.clone());
+        self.details.name = Some(name.to_string()).filter(|n| !n.is_empty());
         self
     }
 
@@ -93,8 +91,8 @@ impl ApiError {
         let detail = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect::<Vec<_>>().join(", ");
         let mut error =
             ApiError::new(422, "Invalid", format!("{} \"{name}\" is invalid: {detail}", info.kind)).about(info, name);
-        error.kind = Some(info.kind.clone());
-        error.causes = causes;
+        error.details.kind = Some(info.kind.clone());
+        error.details.causes = causes;
         error
     }
 
@@ -138,7 +136,7 @@ impl ApiError {
 
     pub fn timeout(message: impl Into<String>) -> ApiError {
         let mut error = ApiError::new(504, "Timeout", message);
-        error.retry_after = Some(1);
+        error.details.retry_after = Some(1);
         error
     }
 
@@ -153,25 +151,23 @@ impl ApiError {
 
     /// The `Status` object clients read.
     pub fn to_status(&self) -> Value {
+        let d = &self.details;
         let mut details = serde_json::Map::new();
-        if let Some(name) = &self.name {
+        if let Some(name) = &d.name {
             details.insert("name".into(), json!(name));
         }
-        if let Some(group) = &self.group {
+        if let Some(group) = &d.group {
             details.insert("group".into(), json!(group));
         }
-        if let Some(kind) = &self.kind {
+        if let Some(kind) = &d.kind {
             details.insert("kind".into(), json!(kind));
         }
-        if !self.causes.is_empty() {
-            let causes: Vec<Value> = self
-                .causes
-                .iter()
-                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
-                .collect();
+        if !d.causes.is_empty() {
+            let causes: Vec<Value> =
+                d.causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect();
             details.insert("causes".into(), Value::Array(causes));
         }
-        if let Some(seconds) = self.retry_after {
+        if let Some(seconds) = d.retry_after {
             details.insert("retryAfterSeconds".into(), json!(seconds));
         }
         let mut status = json!({

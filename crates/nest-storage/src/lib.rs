@@ -39,6 +39,7 @@ mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 mod hub;
+pub mod prefixed;
 mod queue;
 
 pub use error::{Error, Result};

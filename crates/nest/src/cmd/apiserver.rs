@@ -18,6 +18,9 @@ pub struct Args {
     /// `embedded` (a database in DATA_DIR/store) or `etcd=URL[,URL…]`.
     #[arg(long, value_name = "BACKEND", default_value = "embedded")]
     storage: String,
+    /// Keep every key under this prefix, so several API servers can share one store (like --etcd-prefix).
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    storage_prefix: String,
     /// The range ClusterIPs are allocated from.
     #[arg(long, value_name = "CIDR", default_value = "10.96.0.0/12")]
     service_cidr: String,
@@ -27,6 +30,14 @@ pub struct Args {
 }
 
 async fn open_store(args: &Args) -> anyhow::Result<Arc<dyn Store>> {
+    let store = open_backend(args).await?;
+    if args.storage_prefix.is_empty() {
+        return Ok(store);
+    }
+    Ok(Arc::new(nest_storage::prefixed::Prefixed::new(store, args.storage_prefix.clone().into_bytes())))
+}
+
+async fn open_backend(args: &Args) -> anyhow::Result<Arc<dyn Store>> {
     if args.storage == "embedded" {
         let dir = args.data_dir.join("store");
         let store = nest_storage::embedded::EmbeddedStore::open(&dir, Default::default())?;
