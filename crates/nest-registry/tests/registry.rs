@@ -1,0 +1,280 @@
+//! The generic store's semantics, in process over the embedded storage backend: what kube-apiserver clients rely on
+//! (KUBE-API-NOTES.md), without HTTP in between.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use nest_registry::{Catalog, DeleteOptions, ListOptions, Registry, Resource, Subresource};
+use nest_storage::Store;
+use nest_storage::embedded::EmbeddedStore;
+use serde_json::{Value, json};
+
+struct Fixture {
+    registry: Registry,
+    store: Arc<dyn Store>,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path(), Default::default()).unwrap());
+        let registry = Registry::new(store.clone(), Catalog::builtin());
+        let f = Fixture { registry, store, _dir: dir };
+        f.registry.create(&f.r("", "namespaces"), "", json!({"metadata": {"name": "ns"}}), false).await.unwrap();
+        f
+    }
+
+    fn r(&self, group: &str, plural: &str) -> Resource {
+        self.registry.resource(group, "v1", plural).unwrap()
+    }
+
+    async fn cm(&self, name: &str, data: Value) -> Value {
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data});
+        self.registry.create(&self.r("", "configmaps"), "ns", body, false).await.unwrap()
+    }
+}
+
+fn rv(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn create_fills_metadata_and_generate_name_draws_a_suffix() {
+    let f = Fixture::new().await;
+    let body = json!({"metadata": {"generateName": "web-"}, "data": {}});
+    let created = f.registry.create(&f.r("", "configmaps"), "ns", body, false).await.unwrap();
+    let name = created["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+    assert!(name[4..].chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+    assert_eq!(created["metadata"]["generation"], 1);
+    assert_eq!(created["metadata"]["namespace"], "ns");
+    assert_eq!(created["metadata"]["uid"].as_str().unwrap().len(), 36);
+    assert!(created["metadata"]["creationTimestamp"].as_str().unwrap().ends_with('Z'));
+    assert_eq!((created["kind"].as_str(), created["apiVersion"].as_str()), (Some("ConfigMap"), Some("v1")));
+
+    let again = f.registry.create(&f.r("", "configmaps"), "ns", json!({"metadata": {"name": name}}), false).await;
+    assert_eq!(again.unwrap_err().reason, "AlreadyExists");
+}
+
+#[tokio::test]
+async fn bad_objects_get_the_right_status() {
+    let f = Fixture::new().await;
+    let cms = f.r("", "configmaps");
+    let cases = [
+        (json!({"metadata": {}}), 422, "Invalid"),
+        (json!({"metadata": {"name": "Bad_Name"}}), 422, "Invalid"),
+        (json!({"kind": "Secret", "metadata": {"name": "x"}}), 400, "BadRequest"),
+        (json!({"apiVersion": "apps/v1", "metadata": {"name": "x"}}), 400, "BadRequest"),
+        (json!({"metadata": {"name": "x", "namespace": "other"}}), 400, "BadRequest"),
+        (json!(["not", "an", "object"]), 400, "BadRequest"),
+    ];
+    for (body, code, reason) in cases {
+        let error = f.registry.create(&cms, "ns", body.clone(), false).await.unwrap_err();
+        assert_eq!((error.code, error.reason), (code, reason), "{body}");
+    }
+    let invalid = f.registry.create(&cms, "ns", json!({"metadata": {"name": "Bad_Name"}}), false).await.unwrap_err();
+    assert_eq!(invalid.to_status()["details"]["causes"][0]["field"], "metadata.name");
+    let missing_ns = f.registry.create(&cms, "nowhere", json!({"metadata": {"name": "x"}}), false).await.unwrap_err();
+    assert_eq!((missing_ns.code, missing_ns.message.as_str()), (404, "namespaces \"nowhere\" not found"));
+    let pod = f.registry.create(&f.r("", "pods"), "ns", json!({"metadata": {"name": "p"}, "spec": {}}), false).await;
+    assert_eq!(pod.unwrap_err().to_status()["details"]["causes"][0]["field"], "spec.containers");
+}
+
+#[tokio::test]
+async fn stale_updates_conflict_and_dry_run_persists_nothing() {
+    let f = Fixture::new().await;
+    let cms = f.r("", "configmaps");
+    let first = f.cm("a", json!({"k": "1"})).await;
+    let mut change = first.clone();
+    change["data"]["k"] = json!("2");
+    let second = f.registry.update(&cms, "ns", "a", change.clone(), Subresource::Main, false).await.unwrap();
+    assert!(rv(&second) > rv(&first));
+    assert_eq!(second["metadata"]["generation"], 2);
+    let stale = f.registry.update(&cms, "ns", "a", change, Subresource::Main, false).await.unwrap_err();
+    assert_eq!((stale.code, stale.reason), (409, "Conflict"));
+    assert!(stale.message.contains("the object has been modified; please apply your changes to the latest version"));
+
+    let dry = json!({"metadata": {"name": "ghost"}});
+    f.registry.create(&cms, "ns", dry, true).await.unwrap();
+    assert_eq!(f.registry.get(&cms, "ns", "ghost").await.unwrap_err().code, 404);
+    let before = f.store.current_revision().await.unwrap();
+    f.registry.delete(&cms, "ns", "a", &DeleteOptions { dry_run: true, ..Default::default() }).await.unwrap();
+    assert_eq!(f.store.current_revision().await.unwrap(), before);
+    assert!(f.registry.get(&cms, "ns", "a").await.is_ok());
+}
+
+#[tokio::test]
+async fn status_subresource_rules() {
+    let f = Fixture::new().await;
+    let deployments = f.r("apps", "deployments");
+    let body = json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}, "status": {"replicas": 9}});
+    let created = f.registry.create(&deployments, "ns", body, false).await.unwrap();
+    // The main endpoint ignores status; /status changes only status and does not bump generation.
+    let mut main = created.clone();
+    main["status"] = json!({"replicas": 5});
+    main["spec"]["replicas"] = json!(2);
+    let updated = f.registry.update(&deployments, "ns", "d", main, Subresource::Main, false).await.unwrap();
+    assert_eq!(updated["spec"]["replicas"], 2);
+    assert_eq!(updated["status"]["replicas"], created["status"]["replicas"]);
+    assert_eq!(updated["metadata"]["generation"], 2);
+    let mut status = updated.clone();
+    status["status"] = json!({"replicas": 2});
+    status["spec"]["replicas"] = json!(7);
+    let after = f.registry.update(&deployments, "ns", "d", status, Subresource::Status, false).await.unwrap();
+    assert_eq!((after["spec"]["replicas"].as_i64(), after["status"]["replicas"].as_i64()), (Some(2), Some(2)));
+    assert_eq!(after["metadata"]["generation"], 2);
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let f = Fixture::new().await;
+    let cms = f.r("", "configmaps");
+    let body = json!({"metadata": {"name": "held", "finalizers": ["example.com/x"]}});
+    f.registry.create(&cms, "ns", body, false).await.unwrap();
+    let deleting = f.registry.delete(&cms, "ns", "held", &DeleteOptions::default()).await.unwrap();
+    assert!(deleting["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(deleting["metadata"]["deletionGracePeriodSeconds"], 0);
+
+    let mut more = deleting.clone();
+    more["metadata"]["finalizers"] = json!(["example.com/x", "example.com/new"]);
+    let refused = f.registry.update(&cms, "ns", "held", more, Subresource::Main, false).await.unwrap_err();
+    assert_eq!(refused.code, 422);
+
+    let mut done = deleting.clone();
+    done["metadata"]["finalizers"] = json!([]);
+    f.registry.update(&cms, "ns", "held", done, Subresource::Main, false).await.unwrap();
+    assert_eq!(f.registry.get(&cms, "ns", "held").await.unwrap_err().code, 404);
+
+    f.cm("fg", json!({})).await;
+    let options = DeleteOptions { propagation_policy: Some("Foreground".into()), ..Default::default() };
+    let fg = f.registry.delete(&cms, "ns", "fg", &options).await.unwrap();
+    assert_eq!(fg["metadata"]["finalizers"], json!(["foregroundDeletion"]));
+    let uid = DeleteOptions { precondition_uid: Some("wrong".into()), ..Default::default() };
+    assert_eq!(f.registry.delete(&cms, "ns", "fg", &uid).await.unwrap_err().code, 409);
+}
+
+#[tokio::test]
+async fn namespaces_terminate_then_finalize() {
+    let f = Fixture::new().await;
+    let namespaces = f.r("", "namespaces");
+    let ns = f.registry.delete(&namespaces, "", "ns", &DeleteOptions::default()).await.unwrap();
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    let refused = f.registry.create(&f.r("", "configmaps"), "ns", json!({"metadata": {"name": "x"}}), false).await;
+    let refused = refused.unwrap_err();
+    assert_eq!(refused.code, 403);
+    assert!(refused.message.contains("because it is being terminated"));
+    f.registry.finalize_namespace("ns", json!({"spec": {"finalizers": []}})).await.unwrap();
+    assert_eq!(f.registry.get(&namespaces, "", "ns").await.unwrap_err().code, 404);
+}
+
+#[tokio::test]
+async fn pages_share_one_snapshot_and_expire_after_compaction() {
+    let f = Fixture::new().await;
+    let cms = f.r("", "configmaps");
+    for i in 0..25 {
+        f.cm(&format!("cm-{i:02}"), json!({"i": i.to_string()})).await;
+    }
+    let options = ListOptions { limit: Some(10), ..Default::default() };
+    let first = f.registry.list(&cms, Some("ns"), &options).await.unwrap();
+    assert_eq!(first["items"].as_array().unwrap().len(), 10);
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    // A write between pages does not show up in the later pages.
+    f.cm("cm-99", json!({})).await;
+    let mut names = Vec::new();
+    let mut token = Some(token);
+    while let Some(t) = token {
+        let page = f
+            .registry
+            .list(&cms, Some("ns"), &ListOptions { limit: Some(10), continue_token: Some(t), ..Default::default() })
+            .await
+            .unwrap();
+        assert_eq!(page["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"]);
+        names.extend(
+            page["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
+        );
+        token = page["metadata"]["continue"].as_str().map(str::to_string);
+    }
+    assert_eq!(names.len(), 15);
+    assert!(!names.contains(&"cm-99".to_string()));
+
+    let second = f.registry.list(&cms, Some("ns"), &options).await.unwrap();
+    let stale = second["metadata"]["continue"].as_str().unwrap().to_string();
+    f.cm("cm-100", json!({})).await;
+    f.store.compact(f.store.current_revision().await.unwrap()).await.unwrap();
+    let expired = f
+        .registry
+        .list(&cms, Some("ns"), &ListOptions { limit: Some(10), continue_token: Some(stale), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!((expired.code, expired.reason), (410, "Expired"));
+
+    let bad = ListOptions { resource_version_match: Some("Exact".into()), ..Default::default() };
+    assert_eq!(f.registry.list(&cms, Some("ns"), &bad).await.unwrap_err().code, 400);
+    let selector = ListOptions { field_selector: Some("spec.nope=1".into()), ..Default::default() };
+    assert_eq!(f.registry.list(&cms, Some("ns"), &selector).await.unwrap_err().code, 400);
+    let by_name = ListOptions { field_selector: Some("metadata.name=cm-03".into()), ..Default::default() };
+    assert_eq!(f.registry.list(&cms, Some("ns"), &by_name).await.unwrap()["items"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_list_at_an_exact_revision_shows_the_past() {
+    let f = Fixture::new().await;
+    let cms = f.r("", "configmaps");
+    let old = f.cm("a", json!({"v": "old"})).await;
+    let mut change = old.clone();
+    change["data"]["v"] = json!("new");
+    f.registry.update(&cms, "ns", "a", change, Subresource::Main, false).await.unwrap();
+    let exact = ListOptions {
+        resource_version: Some(rv(&old).to_string()),
+        resource_version_match: Some("Exact".into()),
+        ..Default::default()
+    };
+    let past = f.registry.list(&cms, Some("ns"), &exact).await.unwrap();
+    assert_eq!(past["items"][0]["data"]["v"], "old");
+    assert_eq!(past["metadata"]["resourceVersion"], old["metadata"]["resourceVersion"]);
+}
+
+async fn next(stream: &mut futures_util::stream::BoxStream<'static, Value>) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("an event in time").expect("an event")
+}
+
+#[tokio::test]
+async fn watches_start_with_synthetic_adds_or_resume_after_a_resource_version() {
+    let f = Fixture::new().await;
+    let cms = f.r("", "configmaps");
+    let a = f.cm("a", json!({})).await;
+    f.cm("b", json!({})).await;
+
+    let mut fresh = f.registry.watch(&cms, Some("ns"), &ListOptions::default(), None).await.unwrap();
+    let first = next(&mut fresh).await;
+    assert_eq!((first["type"].as_str(), first["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("a")));
+    assert_eq!(next(&mut fresh).await["object"]["metadata"]["name"], "b");
+
+    let resume = ListOptions { resource_version: Some(rv(&a).to_string()), ..Default::default() };
+    let mut resumed = f.registry.watch(&cms, Some("ns"), &resume, None).await.unwrap();
+    assert_eq!(next(&mut resumed).await["object"]["metadata"]["name"], "b");
+    f.registry.delete(&cms, "ns", "a", &DeleteOptions::default()).await.unwrap();
+    let deleted = next(&mut resumed).await;
+    assert_eq!(
+        (deleted["type"].as_str(), deleted["object"]["metadata"]["name"].as_str()),
+        (Some("DELETED"), Some("a"))
+    );
+    assert!(rv(&deleted["object"]) > rv(&a), "a DELETED event carries the deletion revision");
+    assert_eq!(next(&mut fresh).await["type"], "DELETED");
+
+    let labelled = ListOptions { label_selector: Some("app=web".into()), ..Default::default() };
+    let mut filtered = f.registry.watch(&cms, Some("ns"), &labelled, Some(Duration::from_millis(200))).await.unwrap();
+    f.registry.create(&cms, "ns", json!({"metadata": {"name": "web", "labels": {"app": "web"}}}), false).await.unwrap();
+    assert_eq!(next(&mut filtered).await["object"]["metadata"]["name"], "web");
+    let bookmark = next(&mut filtered).await;
+    assert_eq!(bookmark["type"], "BOOKMARK");
+
+    f.store.compact(f.store.current_revision().await.unwrap()).await.unwrap();
+    let old = ListOptions { resource_version: Some("1".into()), ..Default::default() };
+    let mut expired = f.registry.watch(&cms, Some("ns"), &old, None).await.unwrap();
+    let error = next(&mut expired).await;
+    assert_eq!((error["type"].as_str(), error["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
+    assert_eq!(error["object"]["reason"], "Expired");
+}
