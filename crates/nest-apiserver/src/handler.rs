@@ -93,7 +93,8 @@ impl Query {
     }
 
     fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("true" | "1"))
+        // Go's strconv.ParseBool, which kube-apiserver uses: clients send "true", "True", "1", …
+        matches!(self.get(key), Some("1" | "t" | "T" | "true" | "TRUE" | "True"))
     }
 
     fn dry_run(&self) -> Result<bool> {

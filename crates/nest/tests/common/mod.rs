@@ -1,0 +1,116 @@
+//! The harness the black-box tests share: a real `nest apiserver` process and the clients pointed at it.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+
+/// A running `nest apiserver` and a kubectl pointed at it.
+pub struct Server {
+    child: Child,
+    _data: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub cache: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn start(storage: &Storage) -> Server {
+        let data = tempfile::tempdir().unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_nest"));
+        command.args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path());
+        if let Storage::Etcd(url) = storage {
+            let prefix = format!("/test-{}-{}", std::process::id(), fastrand::u64(..));
+            command.arg(format!("--storage=etcd={url}")).arg(format!("--storage-prefix={prefix}"));
+        }
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start nest apiserver");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !line.contains("serving https://") {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "nest apiserver exited before it was ready");
+            assert!(Instant::now() < deadline, "nest apiserver did not become ready");
+        }
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        let kubeconfig = data.path().join("admin.kubeconfig");
+        Server { child, _data: data, kubeconfig, cache: tempfile::tempdir().unwrap() }
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with_input(args, None)
+    }
+
+    pub fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Output {
+        let mut child = Command::new(KUBECTL)
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", self.cache.path())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        if let Some(input) = input {
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs kubectl and returns its standard output, failing the test if kubectl fails.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    pub fn apply_manifest(&self, manifest: &str) -> String {
+        let out = self.kubectl_with_input(&["create", "--validate=false", "-f", "-"], Some(manifest));
+        assert!(out.status.success(), "kubectl create -f failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGTERM, as an operator would stop it, then make sure it is gone.
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub enum Storage {
+    Embedded,
+    Etcd(String),
+}
+
+pub fn backends() -> Vec<(&'static str, Storage)> {
+    let mut backends = vec![("embedded", Storage::Embedded)];
+    if cfg!(feature = "etcd") {
+        let url = std::env::var("NEST_TEST_ETCD")
+            .expect("tests of the etcd backend need NEST_TEST_ETCD (scripts/check starts an etcd and sets it)");
+        backends.push(("etcd", Storage::Etcd(url)));
+    }
+    backends
+}

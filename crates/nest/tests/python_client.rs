@@ -1,0 +1,36 @@
+//! The official Python client (`kubernetes` from PyPI, pinned in scripts/check) against a real `nest apiserver`,
+//! on every storage backend. The checks themselves are in `tests/python/client_semantics.py`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{Server, backends};
+
+/// The interpreter with the pinned client: `NEST_TEST_PYTHON` (set by scripts/check), else `python3`.
+fn python() -> String {
+    let python = std::env::var("NEST_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = Command::new(&python).args(["-c", "import kubernetes"]).output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "{python} cannot import the kubernetes client; run scripts/check, or pip install kubernetes==33.1.0"
+    );
+    python
+}
+
+#[test]
+fn python_client_crud_pagination_conflicts_and_watch() {
+    let python = python();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/client_semantics.py");
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        let out = Command::new(&python).arg(&script).arg(&server.kubeconfig).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{backend}: the Python client's checks failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
