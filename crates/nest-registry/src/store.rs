@@ -672,7 +672,7 @@ impl Registry {
         Err(ApiError::conflict(info, name))
     }
 
-    /// PUT namespaces/<name>/finalize: replaces `spec.finalizers`; a terminating namespace left with none is
+    /// `PUT namespaces/<name>/finalize`: replaces `spec.finalizers`; a terminating namespace left with none is
     /// removed.
     pub async fn finalize_namespace(&self, name: &str, body: Value) -> Result<Value> {
         let resource = self.resource("", "v1", "namespaces").expect("namespaces are built in");
