@@ -2,6 +2,7 @@
 //!
 //! Benchmarks are commands, never timed tests: the machines are shared and noisy, so compare ratios within one run.
 
+mod api;
 mod stats;
 mod store;
 
@@ -13,11 +14,14 @@ use clap::Subcommand;
 pub enum Bench {
     /// The storage engine: both backends, same durability (every commit fsynced).
     Store(store::Args),
+    /// The API server under vcluster's published load, on both backends.
+    Api(api::Args),
 }
 
 pub async fn run(which: Bench) -> anyhow::Result<()> {
     match which {
         Bench::Store(args) => store::run(args).await,
+        Bench::Api(args) => api::run(args).await,
     }
 }
 
