@@ -190,7 +190,11 @@ fn target(state: &State, group: &str, version: &str, segments: &[&str]) -> Resul
 }
 
 async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Incoming>) -> Result<Response<Body>> {
-    let path = request.uri().path().trim_end_matches('/').to_string();
+    // Read the whole body first, whatever the answer will be: a body left unread makes the HTTP/1.1 connection
+    // unusable for the client's next request.
+    let (request, body) = request.into_parts();
+    let body = read_body(body).await?;
+    let path = request.uri.path().trim_end_matches('/').to_string();
     let path = if path.is_empty() { "/".to_string() } else { path };
     // Health and version are open to anyone, as in kube-apiserver's default RBAC.
     match path.as_str() {
@@ -202,13 +206,13 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         _ => {}
     }
     let token_user =
-        request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
+        request.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
     if cert_user.is_none() && token_user.is_none() {
         return Err(ApiError::unauthorized());
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let catalog = state.registry.catalog();
-    let method = request.method().clone();
+    let method = request.method.clone();
     let discovery_get = |doc: Option<Value>| -> Result<Response<Body>> {
         if method != Method::GET {
             return Err(ApiError::method_not_allowed(format!("the server does not allow this method on {path}")));
@@ -223,11 +227,11 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         ["apis", group, version] => discovery_get(discovery::api_resource_list(catalog, group, version)),
         ["api", "v1", rest @ ..] => {
             let target = target(state, "", "v1", rest)?;
-            resource_request(state, target, request).await
+            resource_request(state, target, &request, body).await
         }
         ["apis", group, version, rest @ ..] => {
             let target = target(state, group, version, rest)?;
-            resource_request(state, target, request).await
+            resource_request(state, target, &request, body).await
         }
         _ => Err(ApiError::no_route()),
     }
@@ -248,9 +252,9 @@ fn parse_json(bytes: &[u8]) -> Result<Value> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
-fn content_type(request: &Request<Incoming>) -> String {
+fn content_type(request: &hyper::http::request::Parts) -> String {
     request
-        .headers()
+        .headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
@@ -267,14 +271,19 @@ fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
     }
 }
 
-async fn resource_request(state: &Arc<State>, target: Target, request: Request<Incoming>) -> Result<Response<Body>> {
-    let query = Query::parse(request.uri().query())?;
-    let method = request.method().clone();
+async fn resource_request(
+    state: &Arc<State>,
+    target: Target,
+    request: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Result<Response<Body>> {
+    let query = Query::parse(request.uri.query())?;
+    let method = request.method.clone();
     let registry = &state.registry;
     let info = target.resource.info.clone();
     let namespace = target.namespace.clone().unwrap_or_default();
     let ns = if info.namespaced { namespace.as_str() } else { "" };
-    let content_type = content_type(&request);
+    let content_type = content_type(request);
     let verb_allowed = |verb: &str| -> Result<()> {
         if info.verbs.iter().any(|v| v == verb) {
             Ok(())
@@ -305,13 +314,13 @@ async fn resource_request(state: &Arc<State>, target: Target, request: Request<I
         }
         (&Method::POST, None, None) => {
             verb_allowed("create")?;
-            let body = decode_object(&content_type, &read_body(request.into_body()).await?)?;
+            let body = decode_object(&content_type, &body)?;
             let created = registry.create(&target.resource, ns, body, query.dry_run()?).await?;
             Ok(json_response(StatusCode::CREATED, &created))
         }
         (&Method::DELETE, None, None) => {
             verb_allowed("deletecollection")?;
-            let body = read_body(request.into_body()).await?;
+
             let delete = delete_options(&query, &body)?;
             let list = registry.list(&target.resource, target.namespace.as_deref(), &query.list_options()?).await?;
             let mut deleted = Vec::new();
@@ -336,14 +345,14 @@ async fn resource_request(state: &Arc<State>, target: Target, request: Request<I
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
             verb_allowed("update")?;
-            let body = decode_object(&content_type, &read_body(request.into_body()).await?)?;
+            let body = decode_object(&content_type, &body)?;
             let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
             let updated = registry.update(&target.resource, ns, name, body, subresource, query.dry_run()?).await?;
             Ok(json_response(StatusCode::OK, &updated))
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
             verb_allowed("patch")?;
-            let patch = parse_patch(&content_type, &read_body(request.into_body()).await?)?;
+            let patch = parse_patch(&content_type, &body)?;
             let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
             let patched = registry
                 .update_with(&target.resource, ns, name, subresource, query.dry_run()?, |current| {
@@ -354,7 +363,7 @@ async fn resource_request(state: &Arc<State>, target: Target, request: Request<I
         }
         (&Method::DELETE, Some(name), None) => {
             verb_allowed("delete")?;
-            let body = read_body(request.into_body()).await?;
+
             let options = delete_options(&query, &body)?;
             let obj = registry.delete(&target.resource, ns, name, &options).await?;
             // 202 when the object lingers (finalizers), 200 when it is gone.
@@ -364,7 +373,7 @@ async fn resource_request(state: &Arc<State>, target: Target, request: Request<I
 
         // === subresources ===
         (&Method::PUT, Some(name), Some("finalize")) => {
-            let body = decode_object(&content_type, &read_body(request.into_body()).await?)?;
+            let body = decode_object(&content_type, &body)?;
             Ok(json_response(StatusCode::OK, &registry.finalize_namespace(name, body).await?))
         }
         (&Method::GET, Some(name), Some("scale")) => {
@@ -372,12 +381,11 @@ async fn resource_request(state: &Arc<State>, target: Target, request: Request<I
             Ok(json_response(StatusCode::OK, &scale_of(&obj)))
         }
         (&Method::PUT | &Method::PATCH, Some(name), Some("scale")) => {
-            let bytes = read_body(request.into_body()).await?;
             // PUT replaces the Scale; PATCH patches the current one.
             let (replacement, patch) = if method == Method::PUT {
-                (Some(decode_object(&content_type, &bytes)?), None)
+                (Some(decode_object(&content_type, &body)?), None)
             } else {
-                (None, Some(parse_patch(&content_type, &bytes)?))
+                (None, Some(parse_patch(&content_type, &body)?))
             };
             let change = |current: &Value| match (&replacement, &patch) {
                 (Some(scale), _) => Ok(scale.clone()),

@@ -34,3 +34,18 @@ fn python_client_crud_pagination_conflicts_and_watch() {
         );
     }
 }
+
+#[test]
+fn hostile_requests_get_4xx_statuses_never_5xx() {
+    let python = python();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/robustness.py");
+    let server = Server::start(&common::Storage::Embedded);
+    let seed = fastrand::u32(..).to_string();
+    let out = Command::new(&python).arg(&script).arg(&server.kubeconfig).arg(&seed).output().unwrap();
+    assert!(
+        out.status.success(),
+        "seed {seed}: hostile requests got 5xx answers or broke connections:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
