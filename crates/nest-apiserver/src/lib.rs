@@ -40,6 +40,8 @@ pub struct Config {
     pub token_file: Option<PathBuf>,
     /// Extra DNS names for the serving certificate.
     pub extra_sans: Vec<String>,
+    /// The range Service ClusterIPs are allocated from.
+    pub service_cidr: nest_registry::ipalloc::ServiceCidr,
 }
 
 /// A server that is listening.
@@ -78,7 +80,8 @@ pub async fn serve(
         Some(path) => Tokens::load(path)?,
         None => Tokens::default(),
     };
-    let state = Arc::new(State { registry: Registry::new(store, Catalog::builtin()), tokens, address: host });
+    let registry = Registry::new(store, Catalog::builtin()).with_service_cidr(config.service_cidr);
+    let state = Arc::new(State { registry, tokens, address: host });
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     ready(&Serving { address, kubeconfig });
 

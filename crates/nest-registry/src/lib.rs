@@ -11,6 +11,7 @@
 pub mod base64;
 pub mod catalog;
 pub mod error;
+pub mod ipalloc;
 pub mod meta;
 pub mod patch;
 pub mod selector;

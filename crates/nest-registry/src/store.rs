@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::catalog::{Catalog, ResourceInfo};
 use crate::error::{ApiError, Cause, Result};
+use crate::ipalloc::{self, ServiceCidr};
 use crate::meta;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::strategy::{self, Strategy};
@@ -74,6 +75,7 @@ pub type WatchEvent = Value;
 pub struct Registry {
     store: Arc<dyn Store>,
     catalog: Catalog,
+    service_cidr: ServiceCidr,
 }
 
 /// Matches objects against a list's selectors.
@@ -99,7 +101,62 @@ impl Filter {
 
 impl Registry {
     pub fn new(store: Arc<dyn Store>, catalog: Catalog) -> Registry {
-        Registry { store, catalog }
+        let service_cidr = "10.96.0.0/12".parse().expect("a valid default range");
+        Registry { store, catalog, service_cidr }
+    }
+
+    /// Allocates Service ClusterIPs from `cidr` (default `10.96.0.0/12`).
+    pub fn with_service_cidr(mut self, cidr: ServiceCidr) -> Registry {
+        self.service_cidr = cidr;
+        self
+    }
+
+    fn is_service(info: &ResourceInfo) -> bool {
+        info.group.is_empty() && info.plural == "services"
+    }
+
+    /// Gives a new Service its ClusterIP (kube-apiserver does this in the Service REST storage, around the generic
+    /// store). Returns the address to free if the create then fails.
+    async fn allocate_cluster_ip(&self, info: &ResourceInfo, obj: &mut Value) -> Result<Option<String>> {
+        if !Self::is_service(info) || meta::path_str(obj, "spec.type") == "ExternalName" {
+            return Ok(None);
+        }
+        let wanted = meta::path_str(obj, "spec.clusterIP");
+        if wanted == "None" {
+            obj["spec"]["clusterIPs"] = json!(["None"]);
+            return Ok(None);
+        }
+        let wanted = match wanted.as_str() {
+            "" => None,
+            text => Some(text.parse().map_err(|_| {
+                ApiError::invalid(
+                    info,
+                    meta::name(obj),
+                    vec![Cause::invalid(
+                        "spec.clusterIP",
+                        format!("Invalid value: {text:?}: must be a valid IP address"),
+                    )],
+                )
+            })?),
+        };
+        let owner = format!("{}/{}", meta::namespace(obj), meta::name(obj));
+        let ip = ipalloc::allocate(self.store.as_ref(), &self.service_cidr, wanted, &owner).await?.to_string();
+        obj["spec"]["clusterIP"] = json!(ip);
+        obj["spec"]["clusterIPs"] = json!([ip]);
+        obj["spec"]["ipFamilies"] = json!(["IPv4"]);
+        obj["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+        Ok(Some(ip))
+    }
+
+    /// Frees what an object held once it is gone for good.
+    async fn after_remove(&self, info: &ResourceInfo, obj: &Value) {
+        if Self::is_service(info) {
+            for ip in obj["spec"]["clusterIPs"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                if let Err(error) = ipalloc::release(self.store.as_ref(), ip).await {
+                    tracing::warn!(%ip, %error, "releasing a service IP");
+                }
+            }
+        }
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -357,15 +414,37 @@ impl Registry {
             return Err(ApiError::invalid(info, &check_name, causes));
         }
         self.check_namespace(resource, namespace, &check_name).await?;
+        let allocated = if dry_run { None } else { self.allocate_cluster_ip(info, &mut obj).await? };
+        let created = self.create_named(resource, namespace, obj, &given, &generate, &check_name, dry_run).await;
+        if created.is_err()
+            && let Some(ip) = allocated
+        {
+            let _ = ipalloc::release(self.store.as_ref(), &ip).await;
+        }
+        created
+    }
 
+    /// Stores a prepared object under its name, or under generated names until one is free.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_named(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        mut obj: Value,
+        given: &str,
+        generate: &str,
+        check_name: &str,
+        dry_run: bool,
+    ) -> Result<Value> {
+        let info = &resource.info;
         let attempts = if given.is_empty() { GENERATE_NAME_ATTEMPTS } else { 1 };
         for attempt in 0..attempts {
             let name = if !given.is_empty() {
-                given.clone()
+                given.to_string()
             } else if attempt == 0 {
-                check_name.clone()
+                check_name.to_string()
             } else {
-                meta::generate_name(&generate)
+                meta::generate_name(generate)
             };
             meta::metadata_mut(&mut obj).insert("name".into(), json!(name));
             let key = Self::key(info, namespace, &name);
@@ -442,7 +521,10 @@ impl Registry {
         let info = &resource.info;
         if meta::is_deleting(&obj) && meta::finalizers(&obj).is_empty() && !namespace_waiting(info, &obj) {
             return match self.store.delete(key.as_bytes(), Some(expected)).await {
-                Ok(deleted) => Self::decode_at(info, &Self::encode(&obj)?, deleted.revision),
+                Ok(deleted) => {
+                    self.after_remove(info, &obj).await;
+                    Self::decode_at(info, &Self::encode(&obj)?, deleted.revision)
+                }
                 Err(nest_storage::Error::Conflict { .. }) => Err(ApiError::conflict(info, name)),
                 Err(nest_storage::Error::NotFound { .. }) => Err(ApiError::not_found(info, name)),
                 Err(e) => Err(e.into()),
@@ -638,7 +720,10 @@ impl Registry {
                     return Ok(obj);
                 }
                 return match self.store.delete(key.as_bytes(), Some(current.mod_revision)).await {
-                    Ok(deleted) => Self::decode_at(info, &Self::encode(&obj)?, deleted.revision),
+                    Ok(deleted) => {
+                        self.after_remove(info, &obj).await;
+                        Self::decode_at(info, &Self::encode(&obj)?, deleted.revision)
+                    }
                     Err(nest_storage::Error::Conflict { .. }) => continue,
                     Err(nest_storage::Error::NotFound { .. }) => Err(ApiError::not_found(info, name)),
                     Err(e) => Err(e.into()),

@@ -208,12 +208,178 @@ impl Strategy for Event {
     }
 }
 
+/// Services: the defaults of pkg/apis/core/v1/defaults.go (type, session affinity, port protocol and target port)
+/// and an immutable ClusterIP. The address itself is allocated by the registry ([`crate::ipalloc`]).
+pub struct Service;
+
+impl Strategy for Service {
+    fn validate_name(&self, name: &str) -> Result<(), String> {
+        validation::dns1035_label(name)
+    }
+
+    fn prepare_for_create(&self, obj: &mut Value) {
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            obj["spec"] = serde_json::json!({});
+        }
+        let spec = &mut obj["spec"];
+        for (field, default) in [
+            ("type", serde_json::json!("ClusterIP")),
+            ("sessionAffinity", serde_json::json!("None")),
+            ("internalTrafficPolicy", serde_json::json!("Cluster")),
+        ] {
+            if spec.get(field).is_none_or(Value::is_null) {
+                spec[field] = default;
+            }
+        }
+        if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+            for port in ports {
+                if port.get("protocol").is_none() {
+                    port["protocol"] = serde_json::json!("TCP");
+                }
+                if port.get("targetPort").is_none_or(Value::is_null) {
+                    port["targetPort"] = port.get("port").cloned().unwrap_or(Value::Null);
+                }
+            }
+        }
+    }
+
+    fn prepare_for_update(&self, obj: &mut Value, old: &Value) {
+        self.prepare_for_create(obj);
+        // An update that leaves the address out keeps the allocated one.
+        for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            if obj["spec"].get(field).is_none_or(|v| v.is_null() || v == "") {
+                if let Some(value) = old.get("spec").and_then(|s| s.get(field)) {
+                    obj["spec"][field] = value.clone();
+                }
+            }
+        }
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        let spec = &obj["spec"];
+        let kind = spec.get("type").and_then(Value::as_str).unwrap_or("ClusterIP");
+        let mut causes = Vec::new();
+        if !["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"].contains(&kind) {
+            causes.push(Cause {
+                reason: "FieldValueNotSupported",
+                message: format!("Unsupported value: {kind:?}: supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""),
+                field: "spec.type".into(),
+            });
+        }
+        let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+        let ports = spec.get("ports").and_then(Value::as_array);
+        if kind != "ExternalName" && !headless && ports.is_none_or(|p| p.is_empty()) {
+            causes.push(Cause::required("spec.ports"));
+        }
+        for (i, port) in ports.into_iter().flatten().enumerate() {
+            match port.get("port").and_then(Value::as_i64) {
+                Some(p) if (1..=65535).contains(&p) => {}
+                Some(p) => causes.push(Cause::invalid(
+                    format!("spec.ports[{i}].port"),
+                    format!("Invalid value: {p}: must be between 1 and 65535, inclusive"),
+                )),
+                None => causes.push(Cause::required(format!("spec.ports[{i}].port"))),
+            }
+        }
+        causes
+    }
+
+    fn validate_update(&self, obj: &Value, old: &Value) -> Vec<Cause> {
+        let mut causes = self.validate(obj);
+        let (new_ip, old_ip) = (&obj["spec"]["clusterIP"], &old["spec"]["clusterIP"]);
+        if !old_ip.is_null() && new_ip != old_ip {
+            causes.push(Cause::invalid(
+                "spec.clusterIPs[0]",
+                format!("Invalid value: {new_ip}: may not change once set"),
+            ));
+        }
+        causes
+    }
+}
+
+/// Workloads: the defaults of pkg/apis/apps/v1/defaults.go that controllers rely on (replicas, strategies, history
+/// limits), and the pod template's pod defaults.
+pub struct Workload {
+    kind: &'static str,
+}
+
+impl Strategy for Workload {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            return;
+        }
+        let spec = &mut obj["spec"];
+        let mut defaults: Vec<(&str, Value)> = Vec::new();
+        match self.kind {
+            "Deployment" => {
+                defaults.push(("replicas", serde_json::json!(1)));
+                defaults.push(("strategy", serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})));
+                defaults.push(("revisionHistoryLimit", serde_json::json!(10)));
+                defaults.push(("progressDeadlineSeconds", serde_json::json!(600)));
+            }
+            "ReplicaSet" => defaults.push(("replicas", serde_json::json!(1))),
+            "StatefulSet" => {
+                defaults.push(("replicas", serde_json::json!(1)));
+                defaults.push(("podManagementPolicy", serde_json::json!("OrderedReady")));
+                defaults.push((
+                    "updateStrategy",
+                    serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+                ));
+                defaults.push(("revisionHistoryLimit", serde_json::json!(10)));
+                defaults.push((
+                    "persistentVolumeClaimRetentionPolicy",
+                    serde_json::json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+                ));
+            }
+            "DaemonSet" => {
+                defaults.push((
+                    "updateStrategy",
+                    serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+                ));
+                defaults.push(("revisionHistoryLimit", serde_json::json!(10)));
+            }
+            "Job" => {
+                defaults.push(("completions", serde_json::json!(1)));
+                defaults.push(("parallelism", serde_json::json!(1)));
+                defaults.push(("backoffLimit", serde_json::json!(6)));
+                defaults.push(("completionMode", serde_json::json!("NonIndexed")));
+                defaults.push(("suspend", serde_json::json!(false)));
+            }
+            _ => {}
+        }
+        for (field, default) in defaults {
+            if spec.get(field).is_none_or(Value::is_null) {
+                spec[field] = default;
+            }
+        }
+        if let Some(template) = spec.get_mut("template")
+            && template.get("spec").is_some_and(Value::is_object)
+        {
+            // The template's pod gets the pod defaults, but a template has no status.
+            Pod.prepare_for_create(template);
+            if let Some(map) = template.as_object_mut() {
+                map.remove("status");
+            }
+            if self.kind == "Job" && template["spec"]["restartPolicy"] == "Always" {
+                // A Job's pods must not restart forever; kube-apiserver refuses Always, nest defaults to Never.
+                template["spec"]["restartPolicy"] = serde_json::json!("Never");
+            }
+        }
+    }
+}
+
 /// The strategy for a resource, by group and plural.
 pub fn for_resource(group: &str, plural: &str) -> Box<dyn Strategy> {
     match (group, plural) {
         ("", "namespaces") => Box::new(Namespace),
         ("", "pods") => Box::new(Pod),
         ("", "secrets") => Box::new(Secret),
+        ("", "services") => Box::new(Service),
+        ("apps", "deployments") => Box::new(Workload { kind: "Deployment" }),
+        ("apps", "replicasets") => Box::new(Workload { kind: "ReplicaSet" }),
+        ("apps", "statefulsets") => Box::new(Workload { kind: "StatefulSet" }),
+        ("apps", "daemonsets") => Box::new(Workload { kind: "DaemonSet" }),
+        ("batch", "jobs") => Box::new(Workload { kind: "Job" }),
         ("", "events") | ("events.k8s.io", "events") => Box::new(Event),
         ("rbac.authorization.k8s.io", _) => Box::new(PathSegmentNames),
         _ => Box::new(Default),
@@ -224,6 +390,41 @@ pub fn for_resource(group: &str, plural: &str) -> Box<dyn Strategy> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn services_get_their_defaults_and_keep_their_address() {
+        let mut svc = json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}});
+        Service.prepare_for_create(&mut svc);
+        assert_eq!(svc["spec"]["type"], "ClusterIP");
+        assert_eq!(svc["spec"]["sessionAffinity"], "None");
+        assert_eq!(svc["spec"]["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
+        assert!(Service.validate(&svc).is_empty());
+        let old = json!({"spec": {"clusterIP": "10.96.0.9", "clusterIPs": ["10.96.0.9"], "ports": [{"port": 80}]}});
+        let mut update = json!({"spec": {"ports": [{"port": 81}]}});
+        Service.prepare_for_update(&mut update, &old);
+        assert_eq!(update["spec"]["clusterIP"], "10.96.0.9");
+        let mut moved = json!({"spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 81}]}});
+        Service.prepare_for_update(&mut moved, &old);
+        assert_eq!(Service.validate_update(&moved, &old)[0].field, "spec.clusterIPs[0]");
+        assert_eq!(Service.validate(&json!({"spec": {"ports": [{"port": 70000}]}}))[0].field, "spec.ports[0].port");
+        assert!(Service.validate_name("9lives").is_err());
+    }
+
+    #[test]
+    fn workloads_get_the_defaults_controllers_rely_on() {
+        let mut d =
+            json!({"spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "image": "i:1"}]}}}});
+        Workload { kind: "Deployment" }.prepare_for_create(&mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+        assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+        assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
+        assert!(d["spec"]["template"].get("status").is_none());
+        let mut j = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        Workload { kind: "Job" }.prepare_for_create(&mut j);
+        assert_eq!((j["spec"]["backoffLimit"].as_i64(), j["spec"]["completions"].as_i64()), (Some(6), Some(1)));
+        assert_eq!(j["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    }
 
     #[test]
     fn pods_get_the_defaults_clients_rely_on() {

@@ -25,6 +25,18 @@ pub fn dns1123_label(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// RFC 1035 label (Service names): like an RFC 1123 label, but starting with a letter.
+pub fn dns1035_label(name: &str) -> Result<(), String> {
+    dns1123_label(name)?;
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Err("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an \
+                    alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', \
+                    regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+            .into());
+    }
+    Ok(())
+}
+
 /// RFC 1123 subdomain: dot-separated labels, at most 253.
 pub fn dns1123_subdomain(name: &str) -> Result<(), String> {
     if name.len() > DNS1123_SUBDOMAIN_MAX {

@@ -278,3 +278,44 @@ async fn watches_start_with_synthetic_adds_or_resume_after_a_resource_version() 
     assert_eq!((error["type"].as_str(), error["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
     assert_eq!(error["object"]["reason"], "Expired");
 }
+
+#[tokio::test]
+async fn services_get_distinct_cluster_ips_that_are_freed_on_delete() {
+    let f = Fixture::new().await;
+    let registry = Registry::new(f.store.clone(), Catalog::builtin()).with_service_cidr("10.0.0.0/28".parse().unwrap());
+    let services = registry.resource("", "v1", "services").unwrap();
+    let svc = |name: &str, ip: Option<&str>| {
+        let mut body = json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}});
+        if let Some(ip) = ip {
+            body["spec"]["clusterIP"] = json!(ip);
+        }
+        body
+    };
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..10 {
+        let created = registry.create(&services, "ns", svc(&format!("s{i}"), None), false).await.unwrap();
+        let ip: std::net::Ipv4Addr = created["spec"]["clusterIP"].as_str().unwrap().parse().unwrap();
+        assert_eq!(ip.octets()[..3], [10, 0, 0], "{ip} is in the range");
+        assert!(ip.octets()[3] >= 2 && ip.octets()[3] <= 14, "{ip}: not the network, reserved or broadcast address");
+        assert!(seen.insert(ip), "{ip} was handed out twice");
+        assert_eq!(created["spec"]["clusterIPs"], json!([ip.to_string()]));
+        assert_eq!(created["spec"]["ports"][0]["targetPort"], 80);
+    }
+    let taken = seen.iter().next().unwrap().to_string();
+    let refused = registry.create(&services, "ns", svc("dup", Some(&taken)), false).await.unwrap_err();
+    assert!(refused.message.contains("already allocated"), "{}", refused.message);
+    let mut owner = String::new();
+    for i in 0..10 {
+        let name = format!("s{i}");
+        if registry.get(&services, "ns", &name).await.unwrap()["spec"]["clusterIP"] == taken.as_str() {
+            owner = name;
+        }
+    }
+    registry.delete(&services, "ns", &owner, &DeleteOptions::default()).await.unwrap();
+    let reused = registry.create(&services, "ns", svc("dup", Some(&taken)), false).await.unwrap();
+    assert_eq!(reused["spec"]["clusterIP"], taken.as_str());
+    let headless = registry.create(&services, "ns", svc("headless", Some("None")), false).await.unwrap();
+    assert_eq!(headless["spec"]["clusterIPs"], json!(["None"]));
+    let outside = registry.create(&services, "ns", svc("far", Some("192.168.0.1")), false).await.unwrap_err();
+    assert!(outside.message.contains("not in the valid range"));
+}

@@ -139,6 +139,12 @@ fn kubectl_scale_and_wait_for_jsonpath() {
         assert!(out.contains("condition met"), "{backend}: {out}");
         let deployment = server.json(&["-n", "demo", "get", "deployment", "web"]);
         assert_eq!(deployment["metadata"]["generation"], 2, "{backend}: a spec change bumps generation");
+        assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate", "{backend}: workload defaults");
+
+        server.apply_manifest("apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: demo}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n");
+        let ip: std::net::Ipv4Addr =
+            server.ok(&["-n", "demo", "get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]).parse().unwrap();
+        assert!((96..112).contains(&ip.octets()[1]) && ip.octets()[0] == 10, "{backend}: {ip} is in 10.96.0.0/12");
     }
 }
 

@@ -23,7 +23,7 @@ pub struct Args {
     storage_prefix: String,
     /// The range ClusterIPs are allocated from.
     #[arg(long, value_name = "CIDR", default_value = "10.96.0.0/12")]
-    service_cidr: String,
+    service_cidr: nest_registry::ipalloc::ServiceCidr,
     /// Static bearer tokens: lines of `token,user,uid,"group1,group2"`.
     #[arg(long, value_name = "FILE")]
     token_auth_file: Option<PathBuf>,
@@ -63,13 +63,13 @@ async fn open_etcd(_: Vec<String>) -> anyhow::Result<Arc<dyn Store>> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let _ = &args.service_cidr;
     let store = open_store(&args).await?;
     let config = nest_apiserver::Config {
         data_dir: args.data_dir.clone(),
         listen: args.listen,
         token_file: args.token_auth_file.clone(),
         extra_sans: Vec::new(),
+        service_cidr: args.service_cidr,
     };
     let ready = |serving: &nest_apiserver::Serving| {
         eprintln!(
