@@ -247,10 +247,10 @@ impl Strategy for Service {
         self.prepare_for_create(obj);
         // An update that leaves the address out keeps the allocated one.
         for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
-            if obj["spec"].get(field).is_none_or(|v| v.is_null() || v == "") {
-                if let Some(value) = old.get("spec").and_then(|s| s.get(field)) {
-                    obj["spec"][field] = value.clone();
-                }
+            if obj["spec"].get(field).is_none_or(|v| v.is_null() || v == "")
+                && let Some(value) = old.get("spec").and_then(|s| s.get(field))
+            {
+                obj["spec"][field] = value.clone();
             }
         }
     }
