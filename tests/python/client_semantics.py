@@ -93,6 +93,15 @@ def main(kubeconfig):
     apps.patch_namespaced_deployment_scale("web", "py", [{"op": "replace", "path": "/spec/replicas", "value": 4}])
     assert apps.read_namespaced_deployment("web", "py").spec.replicas == 4
 
+    # Metadata-only answers, as client-go's metadata client (and so garbage collectors) asks for them.
+    api = client.ApiClient()
+    accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+    listed = api.call_api("/api/v1/namespaces/py/configmaps", "GET", header_params={"Accept": accept},
+                          response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
+    assert listed["kind"] == "PartialObjectMetadataList", listed["kind"]
+    assert all(set(item) == {"kind", "apiVersion", "metadata"} for item in listed["items"])
+    assert listed["items"][0]["metadata"]["name"] == "cm-00"
+
     # Not found is a 404.
     try:
         core.read_namespaced_config_map("missing", "py")

@@ -74,6 +74,81 @@ pub async fn handle(state: Arc<State>, cert_user: Option<User>, request: Request
     response
 }
 
+/// The form an answer takes, negotiated from the `Accept` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Representation {
+    /// The object or list itself.
+    Full,
+    /// Only metadata: `meta.k8s.io` PartialObjectMetadata(List), as the metadata client and garbage collectors ask.
+    Metadata(&'static str),
+}
+
+impl Representation {
+    /// Picks the first acceptable entry of `accept`; 406 when none is.
+    fn negotiate(accept: Option<&str>) -> Result<Representation> {
+        let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return Ok(Representation::Full) };
+        for entry in accept.split(',') {
+            let mut parts = entry.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+            if !matches!(media.as_str(), "application/json" | "application/*" | "*/*") {
+                continue;
+            }
+            let params: Vec<(String, String)> = parts
+                .filter_map(|p| p.split_once('='))
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .collect();
+            let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+            match (param("as"), param("g"), param("v")) {
+                (None, _, _) => return Ok(Representation::Full),
+                (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), Some("meta.k8s.io"), Some("v1")) => {
+                    return Ok(Representation::Metadata("meta.k8s.io/v1"));
+                }
+                (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), Some("meta.k8s.io"), Some("v1beta1")) => {
+                    return Ok(Representation::Metadata("meta.k8s.io/v1beta1"));
+                }
+                // Table and anything else we cannot produce yet: try the next entry.
+                _ => continue,
+            }
+        }
+        Err(ApiError::not_acceptable(format!(
+            "only the following media types are accepted: application/json (asked for {accept})"
+        )))
+    }
+
+    fn object(self, obj: Value) -> Value {
+        match self {
+            Representation::Full => obj,
+            Representation::Metadata(api_version) => {
+                json!({"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": obj["metadata"]})
+            }
+        }
+    }
+
+    fn list(self, mut list: Value) -> Value {
+        match self {
+            Representation::Full => list,
+            Representation::Metadata(api_version) => {
+                let items: Vec<Value> = list["items"]
+                    .as_array_mut()
+                    .map(std::mem::take)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|i| self.object(i))
+                    .collect();
+                json!({"kind": "PartialObjectMetadataList", "apiVersion": api_version, "metadata": list["metadata"], "items": items})
+            }
+        }
+    }
+
+    fn event(self, mut event: Value) -> Value {
+        if self != Representation::Full && event["type"] != "ERROR" {
+            let obj = event["object"].take();
+            event["object"] = self.object(obj);
+        }
+        event
+    }
+}
+
 /// Decoded query parameters.
 #[derive(Default, Debug)]
 struct Query(Vec<(String, String)>);
@@ -279,6 +354,7 @@ async fn resource_request(
 ) -> Result<Response<Body>> {
     let query = Query::parse(request.uri.query())?;
     let method = request.method.clone();
+    let representation = Representation::negotiate(request.headers.get("accept").and_then(|v| v.to_str().ok()))?;
     let registry = &state.registry;
     let info = target.resource.info.clone();
     let namespace = target.namespace.clone().unwrap_or_default();
@@ -307,10 +383,12 @@ async fn resource_request(
                 };
                 let bookmarks = options.allow_watch_bookmarks.then_some(BOOKMARK_EVERY);
                 let events = registry.watch(&target.resource, scope, &options, bookmarks).await?;
+                let events = events.map(move |event| representation.event(event)).boxed();
                 return Ok(watch_response(events, timeout));
             }
             verb_allowed("list")?;
-            Ok(json_response(StatusCode::OK, &registry.list(&target.resource, scope, &options).await?))
+            let list = registry.list(&target.resource, scope, &options).await?;
+            Ok(json_response(StatusCode::OK, &representation.list(list)))
         }
         (&Method::POST, None, None) => {
             verb_allowed("create")?;
@@ -341,7 +419,8 @@ async fn resource_request(
         // === one object ===
         (&Method::GET, Some(name), None | Some("status")) => {
             verb_allowed("get")?;
-            Ok(json_response(StatusCode::OK, &registry.get(&target.resource, ns, name).await?))
+            let obj = registry.get(&target.resource, ns, name).await?;
+            Ok(json_response(StatusCode::OK, &representation.object(obj)))
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
             verb_allowed("update")?;
@@ -518,4 +597,28 @@ fn watch_response(events: futures_util::stream::BoxStream<'static, Value>, timeo
     response.headers_mut().insert("content-type", "application/json".parse().expect("a header value"));
     response.headers_mut().insert("cache-control", "no-cache, private".parse().expect("a header value"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_headers_pick_the_first_form_nest_can_produce() {
+        let kubectl_get = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(Representation::negotiate(Some(kubectl_get)).unwrap(), Representation::Full);
+        let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(Representation::negotiate(Some(metadata)).unwrap(), Representation::Metadata("meta.k8s.io/v1"));
+        assert_eq!(Representation::negotiate(None).unwrap(), Representation::Full);
+        assert_eq!(Representation::negotiate(Some("*/*")).unwrap(), Representation::Full);
+        assert_eq!(Representation::negotiate(Some("application/vnd.kubernetes.protobuf")).unwrap_err().code, 406);
+        let list = Representation::Metadata("meta.k8s.io/v1")
+            .list(json!({"kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "a"}, "spec": {}}]}));
+        assert_eq!(list["kind"], "PartialObjectMetadataList");
+        assert_eq!(
+            list["items"][0],
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": {"name": "a"}})
+        );
+        assert_eq!(list["metadata"]["resourceVersion"], "5");
+    }
 }
