@@ -102,6 +102,32 @@ def main(kubeconfig):
     assert all(set(item) == {"kind", "apiVersion", "metadata"} for item in listed["items"])
     assert listed["items"][0]["metadata"]["name"] == "cm-00"
 
+    # A CRD, then its objects through the custom objects API.
+    ext = client.ApiextensionsV1Api()
+    ext.create_custom_resource_definition({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.org"},
+        "spec": {"group": "example.org", "scope": "Namespaced",
+                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                 "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+    })
+    crd = ext.read_custom_resource_definition("gadgets.example.org")
+    assert any(c.type == "Established" and c.status == "True" for c in crd.status.conditions), crd.status
+    custom = client.CustomObjectsApi()
+    custom.create_namespaced_custom_object("example.org", "v1alpha1", "py", "gadgets",
+                                           {"apiVersion": "example.org/v1alpha1", "kind": "Gadget",
+                                            "metadata": {"name": "g1"}, "spec": {"level": 7}})
+    gadgets = custom.list_namespaced_custom_object("example.org", "v1alpha1", "py", "gadgets")
+    assert [g["spec"]["level"] for g in gadgets["items"]] == [7], gadgets
+    try:
+        custom.replace_namespaced_custom_object("example.org", "v1alpha1", "py", "gadgets", "g1",
+                                                {"apiVersion": "example.org/v1alpha1", "kind": "Gadget",
+                                                 "metadata": {"name": "g1"}, "spec": {"level": 8}})
+        raise AssertionError("a custom resource PUT without resourceVersion was accepted")
+    except ApiException as e:
+        assert e.status == 422, e
+
     # Not found is a 404.
     try:
         core.read_namespaced_config_map("missing", "py")

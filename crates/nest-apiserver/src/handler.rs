@@ -296,10 +296,10 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
     };
     match segments.as_slice() {
         ["api"] => discovery_get(Some(discovery::api_versions(&state.address))),
-        ["api", "v1"] => discovery_get(discovery::api_resource_list(catalog, "", "v1")),
-        ["apis"] => discovery_get(Some(discovery::api_group_list(catalog))),
-        ["apis", group] => discovery_get(discovery::api_group(catalog, group)),
-        ["apis", group, version] => discovery_get(discovery::api_resource_list(catalog, group, version)),
+        ["api", "v1"] => discovery_get(discovery::api_resource_list(&catalog, "", "v1")),
+        ["apis"] => discovery_get(Some(discovery::api_group_list(&catalog))),
+        ["apis", group] => discovery_get(discovery::api_group(&catalog, group)),
+        ["apis", group, version] => discovery_get(discovery::api_resource_list(&catalog, group, version)),
         ["api", "v1", rest @ ..] => {
             let target = target(state, "", "v1", rest)?;
             resource_request(state, target, &request, body).await

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use nest_registry::{Catalog, Registry};
+use nest_registry::Registry;
 use nest_storage::Store;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -80,7 +80,8 @@ pub async fn serve(
         Some(path) => Tokens::load(path)?,
         None => Tokens::default(),
     };
-    let registry = Registry::new(store, Catalog::builtin()).with_service_cidr(config.service_cidr);
+    let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr);
+    registry.bootstrap(address.port()).await?;
     let state = Arc::new(State { registry, tokens, address: host });
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     ready(&Serving { address, kubeconfig });

@@ -24,6 +24,8 @@ pub struct ResourceInfo {
     /// The group and plural the objects are stored under, when another resource owns them (events.k8s.io events are
     /// core events).
     pub stored_as: Option<(String, String)>,
+    /// Defined by a CustomResourceDefinition rather than built in.
+    pub custom: bool,
 }
 
 impl ResourceInfo {
@@ -136,6 +138,51 @@ pub fn builtins() -> Vec<Arc<ResourceInfo>> {
                 // events.k8s.io/v1 events are core events in another shape; until the conversion exists they are
                 // stored apart.
                 stored_as: None,
+                custom: false,
+            })
+        })
+        .collect()
+}
+
+/// The resources an Established CustomResourceDefinition serves: one per served version.
+pub fn from_crd(crd: &serde_json::Value) -> Vec<Arc<ResourceInfo>> {
+    let established = crd["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
+    if !established {
+        return Vec::new();
+    }
+    let spec = &crd["spec"];
+    let names = &spec["names"];
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let list = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    };
+    let kind = text(&names["kind"]);
+    let singular = match text(&names["singular"]) {
+        s if s.is_empty() => kind.to_lowercase(),
+        s => s,
+    };
+    spec["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["served"].as_bool().unwrap_or(false))
+        .map(|v| {
+            Arc::new(ResourceInfo {
+                group: text(&spec["group"]),
+                version: text(&v["name"]),
+                kind: kind.clone(),
+                plural: text(&names["plural"]),
+                singular: singular.clone(),
+                namespaced: spec["scope"] != "Cluster",
+                short_names: list(&names["shortNames"]),
+                categories: list(&names["categories"]),
+                verbs: strings(ALL),
+                status: v["subresources"].get("status").is_some(),
+                scale: v["subresources"].get("scale").is_some(),
+                stored_as: None,
+                custom: true,
             })
         })
         .collect()
@@ -151,6 +198,20 @@ impl Catalog {
     /// The built-ins.
     pub fn builtin() -> Catalog {
         Catalog { resources: builtins() }
+    }
+
+    /// The built-ins plus what the given CustomResourceDefinitions serve. A CRD naming a built-in resource adds
+    /// nothing.
+    pub fn with_crds<'a>(crds: impl IntoIterator<Item = &'a serde_json::Value>) -> Catalog {
+        let mut catalog = Catalog::builtin();
+        for crd in crds {
+            for info in from_crd(crd) {
+                if catalog.find(&info.group, &info.version, &info.plural).is_none() {
+                    catalog.resources.push(info);
+                }
+            }
+        }
+        catalog
     }
 
     /// Every served resource.

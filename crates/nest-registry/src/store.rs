@@ -5,7 +5,7 @@
 //! storage (retrying generated names) → encode the answer. Objects are stored as JSON without `resourceVersion`; it
 //! is set from the storage revision on every read, so it always equals the store's modification revision.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -74,7 +74,8 @@ pub type WatchEvent = Value;
 /// The generic store over a storage backend.
 pub struct Registry {
     store: Arc<dyn Store>,
-    catalog: Catalog,
+    /// Built-ins plus what the Established CustomResourceDefinitions serve; rebuilt whenever a CRD changes.
+    catalog: RwLock<Arc<Catalog>>,
     service_cidr: ServiceCidr,
 }
 
@@ -102,7 +103,84 @@ impl Filter {
 impl Registry {
     pub fn new(store: Arc<dyn Store>, catalog: Catalog) -> Registry {
         let service_cidr = "10.96.0.0/12".parse().expect("a valid default range");
-        Registry { store, catalog, service_cidr }
+        Registry { store, catalog: RwLock::new(Arc::new(catalog)), service_cidr }
+    }
+
+    /// A registry serving the built-ins and the CustomResourceDefinitions already in `store`.
+    pub async fn open(store: Arc<dyn Store>) -> Result<Registry> {
+        let registry = Registry::new(store, Catalog::builtin());
+        registry.refresh_catalog().await?;
+        Ok(registry)
+    }
+
+    /// Creates what every cluster starts with, as kube-apiserver's bootstrap controllers do: the `default`,
+    /// `kube-system`, `kube-public` and `kube-node-lease` namespaces, and the `kubernetes` Service in `default` on
+    /// the first address of the service range. Existing objects are left alone.
+    pub async fn bootstrap(&self, api_port: u16) -> Result<()> {
+        let namespaces = self.resource("", "v1", "namespaces").expect("namespaces are built in");
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            match self.create(&namespaces, "", json!({"metadata": {"name": name}}), false).await {
+                Ok(_) => {}
+                Err(e) if e.reason == "AlreadyExists" => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let services = self.resource("", "v1", "services").expect("services are built in");
+        let kubernetes = json!({
+            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {
+                "clusterIP": self.service_cidr.kubernetes_service_ip().to_string(),
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": api_port}],
+            },
+        });
+        match self.create(&services, "default", kubernetes, false).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.reason == "AlreadyExists" => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Rebuilds the catalogue from the stored CustomResourceDefinitions.
+    async fn refresh_catalog(&self) -> Result<()> {
+        let prefix = b"/registry/apiextensions.k8s.io/customresourcedefinitions/";
+        let listed = self.store.list(prefix, nest_storage::ListOptions::default()).await?;
+        let crds: Vec<Value> =
+            listed.items.iter().filter_map(|item| serde_json::from_slice(&item.value).ok()).collect();
+        let catalog = Arc::new(Catalog::with_crds(&crds));
+        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = catalog;
+        Ok(())
+    }
+
+    fn is_crd(info: &ResourceInfo) -> bool {
+        info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
+    }
+
+    /// After a write to `info`: a changed CRD changes what is served.
+    async fn after_write(&self, info: &ResourceInfo) {
+        if Self::is_crd(info)
+            && let Err(error) = self.refresh_catalog().await
+        {
+            tracing::warn!(%error, "reloading CustomResourceDefinitions");
+        }
+    }
+
+    /// Removes every instance of the custom resource a CRD defines (kube-apiserver does this behind the
+    /// `customresourcecleanup.apiextensions.k8s.io` finalizer).
+    async fn delete_instances(&self, crd: &Value) -> Result<()> {
+        let group = meta::path_str(crd, "spec.group");
+        let plural = meta::path_str(crd, "spec.names.plural");
+        if group.is_empty() || plural.is_empty() {
+            return Ok(());
+        }
+        let prefix = format!("/registry/{group}/{plural}/");
+        let listed = self.store.list(prefix.as_bytes(), nest_storage::ListOptions::default()).await?;
+        for item in listed.items {
+            match self.store.delete(&item.key, None).await {
+                Ok(_) | Err(nest_storage::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Allocates Service ClusterIPs from `cidr` (default `10.96.0.0/12`).
@@ -159,13 +237,14 @@ impl Registry {
         }
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    /// What is served right now.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The resource `plural` of `group/version`, if served.
     pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Resource> {
-        self.catalog.find(group, version, plural).map(Resource::new)
+        self.catalog().find(group, version, plural).map(Resource::new)
     }
 
     // === keys and encoding ===
@@ -315,7 +394,7 @@ impl Registry {
         }
         let key = format!("/registry/core/namespaces/{namespace}");
         let Some(item) = self.store.get(key.as_bytes()).await? else {
-            let namespaces = self.catalog.find("", "v1", "namespaces").expect("namespaces are built in");
+            let namespaces = self.catalog().find("", "v1", "namespaces").expect("namespaces are built in");
             return Err(ApiError::not_found(&namespaces, namespace));
         };
         let ns: Value = serde_json::from_slice(&item.value).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -458,7 +537,10 @@ impl Registry {
                 return Ok(obj);
             }
             match self.store.create(key.as_bytes(), Self::encode(&obj)?).await {
-                Ok(item) => return Self::decode(info, &item),
+                Ok(item) => {
+                    self.after_write(info).await;
+                    return Self::decode(info, &item);
+                }
                 Err(nest_storage::Error::AlreadyExists { .. }) if given.is_empty() => continue,
                 Err(nest_storage::Error::AlreadyExists { .. }) => return Err(ApiError::already_exists(info, &name)),
                 Err(e) => return Err(e.into()),
@@ -493,6 +575,13 @@ impl Registry {
         let current = self.store.get(key.as_bytes()).await?.ok_or_else(|| ApiError::not_found(info, name))?;
         let old = Self::decode(info, &current)?;
         let wanted_rv = meta::meta_str(&body, "resourceVersion").to_string();
+        if wanted_rv.is_empty() && info.custom {
+            return Err(ApiError::invalid(
+                info,
+                name,
+                vec![Cause::invalid("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")],
+            ));
+        }
         if !wanted_rv.is_empty() && wanted_rv != current.mod_revision.0.to_string() {
             return Err(ApiError::conflict(info, name));
         }
@@ -523,6 +612,7 @@ impl Registry {
             return match self.store.delete(key.as_bytes(), Some(expected)).await {
                 Ok(deleted) => {
                     self.after_remove(info, &obj).await;
+                    self.after_write(info).await;
                     Self::decode_at(info, &Self::encode(&obj)?, deleted.revision)
                 }
                 Err(nest_storage::Error::Conflict { .. }) => Err(ApiError::conflict(info, name)),
@@ -531,7 +621,10 @@ impl Registry {
             };
         }
         match self.store.update(key.as_bytes(), Self::encode(&obj)?, expected).await {
-            Ok(item) => Self::decode(info, &item),
+            Ok(item) => {
+                self.after_write(info).await;
+                Self::decode(info, &item)
+            }
             Err(nest_storage::Error::Conflict { .. }) => Err(ApiError::conflict(info, name)),
             Err(nest_storage::Error::NotFound { .. }) => Err(ApiError::not_found(info, name)),
             Err(e) => Err(e.into()),
@@ -719,9 +812,13 @@ impl Registry {
                 if options.dry_run {
                     return Ok(obj);
                 }
+                if Self::is_crd(info) {
+                    self.delete_instances(&obj).await?;
+                }
                 return match self.store.delete(key.as_bytes(), Some(current.mod_revision)).await {
                     Ok(deleted) => {
                         self.after_remove(info, &obj).await;
+                        self.after_write(info).await;
                         Self::decode_at(info, &Self::encode(&obj)?, deleted.revision)
                     }
                     Err(nest_storage::Error::Conflict { .. }) => continue,

@@ -368,6 +368,100 @@ impl Strategy for Workload {
     }
 }
 
+/// CustomResourceDefinitions (apiextensions-apiserver's strategy and validation, 1.33, the parts nest uses): the name
+/// is `<plural>.<group>`; names, scope and exactly one storage version are required. nest accepts names and
+/// establishes the CRD in the same write, so `NamesAccepted` and `Established` are true as soon as it exists.
+pub struct CustomResourceDefinition;
+
+impl CustomResourceDefinition {
+    fn status(obj: &Value) -> Value {
+        let now = meta::now_rfc3339();
+        let mut accepted = obj["spec"]["names"].clone();
+        if accepted.get("singular").is_none_or(|s| s.as_str().is_none_or(str::is_empty)) {
+            accepted["singular"] = serde_json::json!(meta::path_str(obj, "spec.names.kind").to_lowercase());
+        }
+        if accepted.get("listKind").is_none_or(|s| s.as_str().is_none_or(str::is_empty)) {
+            accepted["listKind"] = serde_json::json!(format!("{}List", meta::path_str(obj, "spec.names.kind")));
+        }
+        let stored: Vec<Value> = obj["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["storage"].as_bool() == Some(true))
+            .map(|v| v["name"].clone())
+            .collect();
+        serde_json::json!({
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+            ],
+            "acceptedNames": accepted,
+            "storedVersions": stored,
+        })
+    }
+}
+
+impl Strategy for CustomResourceDefinition {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        obj["status"] = Self::status(obj);
+    }
+
+    fn prepare_for_update(&self, obj: &mut Value, _old: &Value) {
+        obj["status"] = Self::status(obj);
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        let group = meta::path_str(obj, "spec.group");
+        let plural = meta::path_str(obj, "spec.names.plural");
+        for (field, value) in [("spec.group", &group), ("spec.names.plural", &plural)] {
+            if value.is_empty() {
+                causes.push(Cause::required(field));
+            }
+        }
+        if meta::path_str(obj, "spec.names.kind").is_empty() {
+            causes.push(Cause::required("spec.names.kind"));
+        }
+        if !plural.is_empty()
+            && let Err(message) = validation::dns1123_label(&plural)
+        {
+            causes.push(Cause::invalid("spec.names.plural", format!("Invalid value: {plural:?}: {message}")));
+        }
+        if !group.is_empty() && !plural.is_empty() && meta::name(obj) != format!("{plural}.{group}") {
+            causes.push(Cause::invalid(
+                "metadata.name",
+                format!("Invalid value: {:?}: must be spec.names.plural+\".\"+spec.group", meta::name(obj)),
+            ));
+        }
+        let scope = meta::path_str(obj, "spec.scope");
+        if scope != "Namespaced" && scope != "Cluster" {
+            causes.push(Cause {
+                reason: "FieldValueNotSupported",
+                message: format!("Unsupported value: {scope:?}: supported values: \"Cluster\", \"Namespaced\""),
+                field: "spec.scope".into(),
+            });
+        }
+        let versions = obj["spec"]["versions"].as_array();
+        match versions {
+            Some(v) if !v.is_empty() => {
+                if v.iter().filter(|v| v["storage"].as_bool() == Some(true)).count() != 1 {
+                    causes.push(Cause::invalid(
+                        "spec.versions",
+                        "Invalid value: must have exactly one version marked as storage version",
+                    ));
+                }
+                for (i, version) in v.iter().enumerate() {
+                    if version["name"].as_str().is_none_or(str::is_empty) {
+                        causes.push(Cause::required(format!("spec.versions[{i}].name")));
+                    }
+                }
+            }
+            _ => causes.push(Cause::required("spec.versions")),
+        }
+        causes
+    }
+}
+
 /// The strategy for a resource, by group and plural.
 pub fn for_resource(group: &str, plural: &str) -> Box<dyn Strategy> {
     match (group, plural) {
@@ -382,6 +476,7 @@ pub fn for_resource(group: &str, plural: &str) -> Box<dyn Strategy> {
         ("batch", "jobs") => Box::new(Workload { kind: "Job" }),
         ("", "events") | ("events.k8s.io", "events") => Box::new(Event),
         ("rbac.authorization.k8s.io", _) => Box::new(PathSegmentNames),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => Box::new(CustomResourceDefinition),
         _ => Box::new(Default),
     }
 }
@@ -408,6 +503,26 @@ mod tests {
         assert_eq!(Service.validate_update(&moved, &old)[0].field, "spec.clusterIPs[0]");
         assert_eq!(Service.validate(&json!({"spec": {"ports": [{"port": 70000}]}}))[0].field, "spec.ports[0].port");
         assert!(Service.validate_name("9lives").is_err());
+    }
+
+    #[test]
+    fn crds_are_checked_and_established_at_once() {
+        let mut crd = json!({
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
+                     "versions": [{"name": "v1", "served": true, "storage": true}]},
+        });
+        assert!(CustomResourceDefinition.validate(&crd).is_empty());
+        CustomResourceDefinition.prepare_for_create(&mut crd);
+        let conditions = crd["status"]["conditions"].as_array().unwrap();
+        assert!(conditions.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
+        assert_eq!(crd["status"]["acceptedNames"]["singular"], "widget");
+        assert_eq!(crd["status"]["storedVersions"], json!(["v1"]));
+        crd["metadata"]["name"] = json!("wrong.example.com");
+        crd["spec"]["versions"][0]["storage"] = json!(false);
+        crd["spec"]["scope"] = json!("Global");
+        let fields: Vec<String> = CustomResourceDefinition.validate(&crd).into_iter().map(|c| c.field).collect();
+        assert_eq!(fields, ["metadata.name", "spec.scope", "spec.versions"]);
     }
 
     #[test]

@@ -245,3 +245,61 @@ fn unauthenticated_requests_get_401_but_health_and_version_answer() {
         String::from_utf8_lossy(&denied.stderr)
     );
 }
+
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+#[test]
+fn kubectl_custom_resource_definitions_come_and_go() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        server.apply_manifest(WIDGET_CRD);
+        let established =
+            server.ok(&["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s"]);
+        assert!(established.contains("condition met"), "{backend}");
+        let resources = server.ok(&["api-resources", "--api-group=example.com"]);
+        assert!(resources.contains("widgets") && resources.contains("wd"), "{backend}: {resources}");
+
+        server.apply_manifest(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 3}\n",
+        );
+        assert_eq!(server.ok(&["get", "wd", "w1", "-o", "jsonpath={.spec.size}"]), "3", "{backend}");
+        server.ok(&["patch", "widget", "w1", "--type=merge", "-p", r#"{"spec":{"size":4}}"#]);
+        assert_eq!(server.ok(&["get", "widgets.example.com", "w1", "-o", "jsonpath={.spec.size}"]), "4");
+
+        // Deleting the definition removes its objects and its endpoints.
+        server.ok(&["delete", "crd", "widgets.example.com"]);
+        let gone = server.kubectl(&["get", "widgets.example.com"]);
+        assert!(!gone.status.success(), "{backend}: the resource is no longer served");
+        server.apply_manifest(WIDGET_CRD);
+        server.ok(&["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s"]);
+        assert_eq!(
+            server.ok(&["get", "widgets", "-A", "-o", "name"]).trim(),
+            "",
+            "{backend}: old objects do not come back"
+        );
+    }
+}
+
+#[test]
+fn a_new_server_starts_with_the_bootstrap_namespaces_and_the_kubernetes_service() {
+    let server = Server::start(&Storage::Embedded);
+    let namespaces = server.ok(&["get", "ns", "-o", "name"]);
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(namespaces.lines().any(|l| l == format!("namespace/{ns}")), "{namespaces}");
+    }
+    assert_eq!(server.ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]), "10.96.0.1");
+}
