@@ -26,6 +26,8 @@ pub struct ResourceInfo {
     pub stored_as: Option<(String, String)>,
     /// Defined by a CustomResourceDefinition rather than built in.
     pub custom: bool,
+    /// A custom resource's structural schema (`openAPIV3Schema`), if its CRD gives one.
+    pub schema: Option<Arc<serde_json::Value>>,
 }
 
 impl ResourceInfo {
@@ -139,6 +141,7 @@ pub fn builtins() -> Vec<Arc<ResourceInfo>> {
                 // stored apart.
                 stored_as: None,
                 custom: false,
+                schema: None,
             })
         })
         .collect()
@@ -183,6 +186,7 @@ pub fn from_crd(crd: &serde_json::Value) -> Vec<Arc<ResourceInfo>> {
                 scale: v["subresources"].get("scale").is_some(),
                 stored_as: None,
                 custom: true,
+                schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
             })
         })
         .collect()

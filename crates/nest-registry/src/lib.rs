@@ -14,6 +14,7 @@ pub mod error;
 pub mod ipalloc;
 pub mod meta;
 pub mod patch;
+pub mod schema;
 pub mod selector;
 pub mod store;
 pub mod strategy;

@@ -33,7 +33,7 @@ pub struct Resource {
 
 impl Resource {
     pub fn new(info: Arc<ResourceInfo>) -> Resource {
-        let strategy = strategy::for_resource(&info.group, &info.plural);
+        let strategy = strategy::for_resource(&info);
         Resource { info, strategy }
     }
 }
@@ -269,6 +269,10 @@ impl Registry {
         let mut obj: Value = serde_json::from_slice(bytes)
             .map_err(|e| ApiError::internal(format!("stored {} is not JSON: {e}", info.qualified())))?;
         meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(revision.0.to_string()));
+        // Defaults added to a schema after an object was written apply when it is read, as in kube-apiserver.
+        if let Some(schema) = &info.schema {
+            crate::schema::default(schema, &mut obj);
+        }
         Ok(obj)
     }
 

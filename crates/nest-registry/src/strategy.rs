@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::error::Cause;
 use crate::meta;
+use crate::schema;
 use crate::validation;
 
 /// What a kind decides for itself. Every method has the behaviour most kinds want.
@@ -462,9 +463,34 @@ impl Strategy for CustomResourceDefinition {
     }
 }
 
-/// The strategy for a resource, by group and plural.
-pub fn for_resource(group: &str, plural: &str) -> Box<dyn Strategy> {
-    match (group, plural) {
+/// Custom resources: their CRD's structural schema defaults, prunes and validates them ([`crate::schema`]).
+pub struct Custom {
+    schema: Option<std::sync::Arc<Value>>,
+}
+
+impl Strategy for Custom {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        if let Some(schema) = &self.schema {
+            schema::default(schema, obj);
+            schema::prune(schema, obj, true);
+        }
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        if let Some(schema) = &self.schema {
+            schema::validate(schema, obj, "", &mut causes);
+        }
+        causes
+    }
+}
+
+/// The strategy for a resource.
+pub fn for_resource(info: &crate::catalog::ResourceInfo) -> Box<dyn Strategy> {
+    if info.custom {
+        return Box::new(Custom { schema: info.schema.clone() });
+    }
+    match (info.group.as_str(), info.plural.as_str()) {
         ("", "namespaces") => Box::new(Namespace),
         ("", "pods") => Box::new(Pod),
         ("", "secrets") => Box::new(Secret),

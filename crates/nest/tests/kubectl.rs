@@ -259,7 +259,17 @@ spec:
     served: true
     storage: true
     subresources: {status: {}}
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: integer, minimum: 1}
+              mode: {type: string, enum: [fast, slow], default: fast}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
 "#;
 
 #[test]
@@ -274,9 +284,18 @@ fn kubectl_custom_resource_definitions_come_and_go() {
         assert!(resources.contains("widgets") && resources.contains("wd"), "{backend}: {resources}");
 
         server.apply_manifest(
-            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 3}\n",
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 3, color: red}\n",
         );
         assert_eq!(server.ok(&["get", "wd", "w1", "-o", "jsonpath={.spec.size}"]), "3", "{backend}");
+        let w1 = server.json(&["get", "wd", "w1"]);
+        assert_eq!(w1["spec"]["mode"], "fast", "{backend}: schema defaults apply");
+        assert!(w1["spec"].get("color").is_none(), "{backend}: undeclared fields are pruned");
+        let invalid = server.kubectl_with_input(
+            &["create", "--validate=false", "-f", "-"],
+            Some("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2, namespace: default}\nspec: {size: 0, mode: medium}\n"),
+        );
+        let stderr = String::from_utf8_lossy(&invalid.stderr);
+        assert!(stderr.contains("spec.size") && stderr.contains("spec.mode"), "{backend}: {stderr}");
         server.ok(&["patch", "widget", "w1", "--type=merge", "-p", r#"{"spec":{"size":4}}"#]);
         assert_eq!(server.ok(&["get", "widgets.example.com", "w1", "-o", "jsonpath={.spec.size}"]), "4");
 

@@ -1,0 +1,335 @@
+//! Structural schemas of custom resources: validation, pruning and defaulting, after apiextensions-apiserver
+//! (1.33) `pkg/apiserver/schema` — the subset of OpenAPI v3 a structural schema may use.
+//!
+//! Validation reports every problem with its field path (`spec.size`), as kube-apiserver's 422 causes do. Pruning
+//! removes fields the schema does not declare, unless `x-kubernetes-preserve-unknown-fields` keeps them. Defaulting
+//! fills missing properties that declare a `default`. The root's `apiVersion`, `kind` and `metadata` are the API
+//! server's, not the schema's.
+
+use serde_json::{Map, Value};
+
+use crate::error::Cause;
+
+/// The JSON type name Kubernetes messages use for a value.
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() { field.to_string() } else { format!("{path}.{field}") }
+}
+
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+fn flag(schema: &Value, name: &str) -> bool {
+    schema.get(name).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// Checks `value` against `schema`, adding a cause per problem. `path` is the value's field path ("" at the root).
+pub fn validate(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let invalid = |causes: &mut Vec<Cause>, message: String| causes.push(Cause::invalid(path, message));
+    if value.is_null() {
+        if !flag(schema, "nullable") && (schema.get("type").is_some() || flag(schema, "x-kubernetes-int-or-string")) {
+            let wanted = schema.get("type").and_then(Value::as_str).unwrap_or("integer or string");
+            invalid(causes, format!("Invalid value: \"null\": {path} in body must be of type {wanted}: \"null\""));
+        }
+        return;
+    }
+    if flag(schema, "x-kubernetes-int-or-string") {
+        if !matches!(type_name(value), "integer" | "string") {
+            let message = format!("Invalid value: {}: {path} in body must be of type integer or string", shown(value));
+            causes.push(Cause { reason: "FieldValueTypeInvalid", message, field: path.into() });
+            return;
+        }
+    } else if let Some(wanted) = schema.get("type").and_then(Value::as_str) {
+        let actual = type_name(value);
+        let ok = actual == wanted || (wanted == "number" && actual == "integer");
+        if !ok {
+            let message = format!("Invalid value: \"{actual}\": {path} in body must be of type {wanted}: \"{actual}\"");
+            causes.push(Cause { reason: "FieldValueTypeInvalid", message, field: path.into() });
+            return;
+        }
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        let supported: Vec<String> = allowed.iter().map(shown).collect();
+        causes.push(Cause {
+            reason: "FieldValueNotSupported",
+            message: format!("Unsupported value: {}: supported values: {}", shown(value), supported.join(", ")),
+            field: path.into(),
+        });
+    }
+    match value {
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(0.0);
+            if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
+                let exclusive = flag(schema, "exclusiveMinimum");
+                if x < min || (exclusive && x == min) {
+                    let op = if exclusive { "greater than" } else { "greater than or equal to" };
+                    invalid(causes, format!("Invalid value: {n}: {path} in body should be {op} {min}"));
+                }
+            }
+            if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
+                let exclusive = flag(schema, "exclusiveMaximum");
+                if x > max || (exclusive && x == max) {
+                    let op = if exclusive { "less than" } else { "less than or equal to" };
+                    invalid(causes, format!("Invalid value: {n}: {path} in body should be {op} {max}"));
+                }
+            }
+        }
+        Value::String(s) => {
+            let len = s.chars().count() as u64;
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+                && len < min
+            {
+                invalid(causes, format!("Invalid value: {s:?}: {path} in body should be at least {min} chars long"));
+            }
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+                && len > max
+            {
+                causes.push(Cause {
+                    reason: "FieldValueTooLong",
+                    message: format!("Too long: may not be more than {max} bytes"),
+                    field: path.into(),
+                });
+            }
+            if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+                match regex_lite::Regex::new(pattern) {
+                    Ok(re) if !re.is_match(s) => {
+                        invalid(causes, format!("Invalid value: {s:?}: {path} in body should match '{pattern}'"))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Value::Array(items) => {
+            let n = items.len() as u64;
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && n < min
+            {
+                invalid(causes, format!("Invalid value: {n}: {path} in body should have at least {min} items"));
+            }
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && n > max
+            {
+                causes.push(Cause {
+                    reason: "FieldValueTooMany",
+                    message: format!("Too many: {n}: must have at most {max} items"),
+                    field: path.into(),
+                });
+            }
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    validate(item_schema, item, &format!("{path}[{i}]"), causes);
+                }
+            }
+        }
+        Value::Object(map) => validate_object(schema, map, path, causes),
+        _ => {}
+    }
+}
+
+fn validate_object(schema: &Value, map: &Map<String, Value>, path: &str, causes: &mut Vec<Cause>) {
+    let root = path.is_empty();
+    if flag(schema, "x-kubernetes-embedded-resource") {
+        for field in ["apiVersion", "kind"] {
+            if map.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                causes.push(Cause::required(join(path, field)));
+            }
+        }
+    }
+    for required in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        if !map.contains_key(required) {
+            causes.push(Cause::required(join(path, required)));
+        }
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    for (key, child) in map {
+        if root && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+            continue;
+        }
+        let child_path = join(path, key);
+        match (properties.and_then(|p| p.get(key)), schema.get("additionalProperties")) {
+            (Some(child_schema), _) => validate(child_schema, child, &child_path, causes),
+            (None, Some(additional)) if additional.is_object() => validate(additional, child, &child_path, causes),
+            _ => {}
+        }
+    }
+}
+
+/// Removes fields `schema` does not declare, except below `x-kubernetes-preserve-unknown-fields`.
+pub fn prune(schema: &Value, value: &mut Value, root: bool) {
+    if flag(schema, "x-kubernetes-preserve-unknown-fields") && schema.get("properties").is_none() {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields");
+            let embedded = flag(schema, "x-kubernetes-embedded-resource");
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            map.retain(|key, child| {
+                if (root || embedded) && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                    return true;
+                }
+                match (properties.and_then(|p| p.get(key)), additional) {
+                    (Some(child_schema), _) => {
+                        prune(child_schema, child, false);
+                        true
+                    }
+                    (None, Some(additional)) => {
+                        prune(additional, child, false);
+                        true
+                    }
+                    _ => {
+                        preserve
+                            || (properties.is_none() && schema.get("additionalProperties") == Some(&Value::Bool(true)))
+                    }
+                }
+            });
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    prune(item_schema, item, false);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Fills missing properties that declare a `default`, depth first.
+pub fn default(schema: &Value, value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (key, child_schema) in properties {
+                    if !map.contains_key(key)
+                        && let Some(default) = child_schema.get("default")
+                    {
+                        map.insert(key.clone(), default.clone());
+                    }
+                    if let Some(child) = map.get_mut(key) {
+                        self::default(child_schema, child);
+                    }
+                }
+            }
+            if let Some(additional) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                let declared = schema.get("properties").and_then(Value::as_object);
+                for (key, child) in map.iter_mut() {
+                    if declared.is_none_or(|d| !d.contains_key(key)) {
+                        self::default(additional, child);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    self::default(item_schema, item);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "spec": {
+                    "type": "object",
+                    "required": ["size"],
+                    "properties": {
+                        "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                        "mode": {"type": "string", "enum": ["fast", "slow"], "default": "fast"},
+                        "name": {"type": "string", "minLength": 2, "maxLength": 5, "pattern": "^[a-z]+$"},
+                        "tags": {"type": "array", "maxItems": 2, "items": {"type": "string"}},
+                        "port": {"x-kubernetes-int-or-string": true},
+                        "note": {"type": "string", "nullable": true},
+                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "template": {"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true},
+                    },
+                },
+                "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}},
+            },
+        })
+    }
+
+    fn fields(obj: Value) -> Vec<String> {
+        let mut causes = Vec::new();
+        validate(&schema(), &obj, "", &mut causes);
+        causes.into_iter().map(|c| c.field).collect()
+    }
+
+    #[test]
+    fn a_valid_object_passes() {
+        let obj = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"}, "spec": {"size": 3, "mode": "slow", "name": "ab", "tags": ["a"], "port": "http", "note": null, "labels": {"a": "b"}, "free": {"anything": [1]}, "template": {"apiVersion": "v1", "kind": "Pod"}}});
+        assert_eq!(fields(obj), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_rule_reports_its_field() {
+        assert_eq!(fields(json!({"spec": {}})), ["spec.size"]);
+        assert_eq!(fields(json!({"spec": {"size": "three"}})), ["spec.size"]);
+        assert_eq!(fields(json!({"spec": {"size": 11}})), ["spec.size"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "mode": "medium"}})), ["spec.mode"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "name": "a"}})), ["spec.name"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "name": "abcdef"}})), ["spec.name"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "name": "AB"}})), ["spec.name"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "tags": ["a", "b", "c"]}})), ["spec.tags"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "tags": [1]}})), ["spec.tags[0]"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "port": 1.5}})), ["spec.port"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "labels": {"a": 1}}})), ["spec.labels.a"]);
+        assert_eq!(fields(json!({"spec": {"size": 1, "template": {"kind": "Pod"}}})), ["spec.template.apiVersion"]);
+        assert_eq!(fields(json!({"spec": {"size": null}})), ["spec.size"]);
+        let mut causes = Vec::new();
+        validate(&schema(), &json!({"spec": {"size": "three"}}), "", &mut causes);
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"string\": spec.size in body must be of type integer: \"string\""
+        );
+    }
+
+    #[test]
+    fn pruning_drops_undeclared_fields_but_keeps_preserved_ones() {
+        let mut obj = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"}, "extra": 1, "spec": {"size": 1, "unknown": true, "free": {"kept": 1}, "labels": {"a": "b"}, "template": {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}}}, "status": {"ready": true, "junk": 1}});
+        prune(&schema(), &mut obj, true);
+        assert_eq!(
+            obj,
+            json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"}, "spec": {"size": 1, "free": {"kept": 1}, "labels": {"a": "b"}, "template": {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}}}, "status": {"ready": true}})
+        );
+    }
+
+    #[test]
+    fn defaults_fill_missing_properties() {
+        let mut obj = json!({"spec": {"size": 1}});
+        default(&schema(), &mut obj);
+        assert_eq!(obj["spec"]["mode"], "fast");
+        let mut explicit = json!({"spec": {"size": 1, "mode": "slow"}});
+        default(&schema(), &mut explicit);
+        assert_eq!(explicit["spec"]["mode"], "slow");
+    }
+}
