@@ -1,0 +1,192 @@
+//! kube-rs against a real `nest apiserver`: typed CRUD, a watcher-fed reflector that stays consistent, a
+//! `CustomResource` derive installed and awaited until Established, and a `Controller` using the `finalizer` helper.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Server, backends};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::{WatchStreamExt, conditions, reflector, wait::await_condition, watcher};
+use kube::{Client, Config, CustomResource, CustomResourceExt, ResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+async fn client(server: &Server) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn configmap(name: &str, value: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        data: Some(BTreeMap::from([("value".to_string(), value.to_string())])),
+        ..Default::default()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+#[test]
+fn kube_rs_api_crud() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        runtime().block_on(async {
+            let api: Api<ConfigMap> = Api::namespaced(client(&server).await, "default");
+            let created = api.create(&PostParams::default(), &configmap("a", "1")).await.unwrap();
+            assert!(created.metadata.uid.is_some(), "{backend}");
+            let mut fetched = api.get("a").await.unwrap();
+            fetched.data = Some(BTreeMap::from([("value".to_string(), "2".to_string())]));
+            let replaced = api.replace("a", &PostParams::default(), &fetched).await.unwrap();
+            assert_ne!(replaced.resource_version(), created.resource_version());
+            // Replacing with the stale object is a conflict.
+            let stale = api.replace("a", &PostParams::default(), &fetched).await.unwrap_err();
+            assert!(matches!(stale, kube::Error::Api(ref s) if s.code == 409), "{backend}: {stale}");
+            let patch = serde_json::json!({"metadata": {"labels": {"patched": "yes"}}});
+            let patched = api.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+            assert_eq!(patched.labels().get("patched").map(String::as_str), Some("yes"));
+            let listed = api.list(&ListParams::default().labels("patched=yes")).await.unwrap();
+            assert_eq!(listed.items.len(), 1, "{backend}");
+            api.delete("a", &DeleteParams::default()).await.unwrap();
+            let missing = api.get("a").await.unwrap_err();
+            assert!(matches!(missing, kube::Error::Api(ref s) if s.code == 404), "{backend}");
+        });
+    }
+}
+
+#[test]
+fn kube_rs_reflector_stays_consistent_through_updates_and_deletes() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        runtime().block_on(async {
+            let api: Api<ConfigMap> = Api::namespaced(client(&server).await, "default");
+            let (reader, writer) = reflector::store();
+            let stream = reflector(writer, watcher(api.clone(), watcher::Config::default())).applied_objects();
+            let task = tokio::spawn(async move {
+                let mut stream = std::pin::pin!(stream);
+                while stream.next().await.is_some() {}
+            });
+            reader.wait_until_ready().await.unwrap();
+            for i in 0..5 {
+                api.create(&PostParams::default(), &configmap(&format!("cm-{i}"), "v1")).await.unwrap();
+            }
+            for i in 0..2 {
+                let patch = serde_json::json!({"data": {"value": "v2"}});
+                api.patch(&format!("cm-{i}"), &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+            }
+            api.delete("cm-4", &DeleteParams::default()).await.unwrap();
+            let expected: BTreeMap<String, String> = [("cm-0", "v2"), ("cm-1", "v2"), ("cm-2", "v1"), ("cm-3", "v1")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let seen: BTreeMap<String, String> = reader
+                    .state()
+                    .iter()
+                    .map(|cm| {
+                        (cm.name_any(), cm.data.as_ref().and_then(|d| d.get("value").cloned()).unwrap_or_default())
+                    })
+                    .collect();
+                if seen == expected {
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{backend}: the reflector shows {seen:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            task.abort();
+        });
+    }
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
+#[kube(group = "nest.test", version = "v1", kind = "Gizmo", namespaced, status = "GizmoStatus")]
+struct GizmoSpec {
+    size: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+struct GizmoStatus {
+    seen: bool,
+}
+
+#[test]
+fn kube_rs_custom_resource_and_a_controller_with_a_finalizer() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        runtime().block_on(async {
+            let client = client(&server).await;
+            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+            crds.create(&PostParams::default(), &Gizmo::crd()).await.unwrap();
+            let established = await_condition(crds, "gizmos.nest.test", conditions::is_crd_established());
+            tokio::time::timeout(Duration::from_secs(20), established).await.unwrap().unwrap();
+
+            let gizmos: Api<Gizmo> = Api::namespaced(client.clone(), "default");
+            let cleaned = Arc::new(AtomicUsize::new(0));
+            let controller = {
+                let (gizmos, cleaned) = (gizmos.clone(), cleaned.clone());
+                Controller::new(gizmos.clone(), watcher::Config::default()).run(
+                    move |gizmo: Arc<Gizmo>, _ctx: Arc<()>| {
+                        let (gizmos, cleaned) = (gizmos.clone(), cleaned.clone());
+                        async move {
+                            finalizer(&gizmos, "nest.test/cleanup", gizmo, |event| async {
+                                match event {
+                                    Finalizer::Apply(g) => {
+                                        let status = serde_json::json!({"status": {"seen": true}});
+                                        gizmos
+                                            .patch_status(
+                                                &g.name_any(),
+                                                &PatchParams::default(),
+                                                &Patch::Merge(&status),
+                                            )
+                                            .await?;
+                                        Ok::<_, kube::Error>(Action::await_change())
+                                    }
+                                    Finalizer::Cleanup(_) => {
+                                        cleaned.fetch_add(1, Ordering::SeqCst);
+                                        Ok(Action::await_change())
+                                    }
+                                }
+                            })
+                            .await
+                        }
+                    },
+                    |_gizmo, _error, _ctx| Action::requeue(Duration::from_millis(200)),
+                    Arc::new(()),
+                )
+            };
+            let runner = tokio::spawn(controller.for_each(|_| async {}));
+
+            let gizmo = Gizmo::new("g1", GizmoSpec { size: 2 });
+            gizmos.create(&PostParams::default(), &gizmo).await.unwrap();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let g = gizmos.get("g1").await.unwrap();
+                if g.finalizers().iter().any(|f| f == "nest.test/cleanup") && g.status.as_ref().is_some_and(|s| s.seen)
+                {
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{backend}: the controller never reconciled: {g:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            gizmos.delete("g1", &DeleteParams::default()).await.unwrap();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while gizmos.get_opt("g1").await.unwrap().is_some() {
+                assert!(tokio::time::Instant::now() < deadline, "{backend}: the finalizer was never removed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert_eq!(cleaned.load(Ordering::SeqCst), 1, "{backend}: cleanup ran once");
+            runner.abort();
+        });
+    }
+}
