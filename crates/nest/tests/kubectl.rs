@@ -119,11 +119,9 @@ fn kubectl_create_get_label_annotate_patch_describe_delete() {
         assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"), "{backend}");
 
         // Objects are refused in a namespace that does not exist.
-        let missing = server.kubectl_with_input(
-            &["create", "--validate=false", "-f", "-"],
-            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: nowhere}\n"),
-        );
-        assert!(String::from_utf8_lossy(&missing.stderr).contains("namespaces \"nowhere\" not found"), "{backend}");
+        let missing =
+            server.create_refused("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: nowhere}\n");
+        assert!(missing.contains("namespaces \"nowhere\" not found"), "{backend}: {missing}");
     }
 }
 
@@ -213,11 +211,9 @@ fn kubectl_delete_with_finalizers_and_wait_for_delete() {
         // Deleting the namespace marks it Terminating; new content is refused.
         server.ok(&["delete", "namespace", "demo", "--wait=false"]);
         assert_eq!(server.ok(&["get", "ns", "demo", "-o", "jsonpath={.status.phase}"]), "Terminating");
-        let refused = server.kubectl_with_input(
-            &["create", "--validate=false", "-f", "-"],
-            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: demo}\n"),
-        );
-        assert!(String::from_utf8_lossy(&refused.stderr).contains("is being terminated"), "{backend}");
+        let refused =
+            server.create_refused("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: demo}\n");
+        assert!(refused.contains("is being terminated"), "{backend}: {refused}");
     }
 }
 
@@ -290,12 +286,10 @@ fn kubectl_custom_resource_definitions_come_and_go() {
         let w1 = server.json(&["get", "wd", "w1"]);
         assert_eq!(w1["spec"]["mode"], "fast", "{backend}: schema defaults apply");
         assert!(w1["spec"].get("color").is_none(), "{backend}: undeclared fields are pruned");
-        let invalid = server.kubectl_with_input(
-            &["create", "--validate=false", "-f", "-"],
-            Some("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2, namespace: default}\nspec: {size: 0, mode: medium}\n"),
+        let invalid = server.create_refused(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2, namespace: default}\nspec: {size: 0, mode: medium}\n",
         );
-        let stderr = String::from_utf8_lossy(&invalid.stderr);
-        assert!(stderr.contains("spec.size") && stderr.contains("spec.mode"), "{backend}: {stderr}");
+        assert!(invalid.contains("spec.size") && invalid.contains("spec.mode"), "{backend}: {invalid}");
         server.ok(&["patch", "widget", "w1", "--type=merge", "-p", r#"{"spec":{"size":4}}"#]);
         assert_eq!(server.ok(&["get", "widgets.example.com", "w1", "-o", "jsonpath={.spec.size}"]), "4");
 

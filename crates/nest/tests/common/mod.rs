@@ -77,6 +77,13 @@ impl Server {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Creates from a manifest that the server must refuse; returns kubectl's error output.
+    pub fn create_refused(&self, manifest: &str) -> String {
+        let out = self.kubectl_with_input(&["create", "--validate=false", "-f", "-"], Some(manifest));
+        assert!(!out.status.success(), "the server accepted {manifest}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
     pub fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
