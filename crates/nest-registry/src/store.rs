@@ -83,7 +83,7 @@ pub type WatchEvent = Value;
 pub struct Registry {
     store: Arc<dyn Store>,
     /// Built-ins plus what the Established CustomResourceDefinitions serve; rebuilt whenever a CRD changes.
-    catalog: RwLock<Arc<Catalog>>,
+    catalog: Arc<RwLock<Arc<Catalog>>>,
     service_cidr: ServiceCidr,
 }
 
@@ -111,13 +111,17 @@ impl Filter {
 impl Registry {
     pub fn new(store: Arc<dyn Store>, catalog: Catalog) -> Registry {
         let service_cidr = "10.96.0.0/12".parse().expect("a valid default range");
-        Registry { store, catalog: RwLock::new(Arc::new(catalog)), service_cidr }
+        Registry { store, catalog: Arc::new(RwLock::new(Arc::new(catalog))), service_cidr }
     }
 
-    /// A registry serving the built-ins and the CustomResourceDefinitions already in `store`.
+    /// A registry serving the built-ins and the CustomResourceDefinitions in `store`, kept current by a background
+    /// watch, so CRDs written through another API server sharing the store are served here too. Needs a tokio
+    /// runtime; the watch ends when the store closes.
     pub async fn open(store: Arc<dyn Store>) -> Result<Registry> {
         let registry = Registry::new(store, Catalog::builtin());
-        registry.refresh_catalog().await?;
+        let from = registry.refresh_catalog().await?.next();
+        let (store, catalog) = (registry.store.clone(), registry.catalog.clone());
+        tokio::spawn(follow_crds(store, catalog, from));
         Ok(registry)
     }
 
@@ -134,6 +138,10 @@ impl Registry {
             }
         }
         let services = self.resource("", "v1", "services").expect("services are built in");
+        // Another API server sharing the store may have created it (and holds its address) already.
+        if self.get(&services, "default", "kubernetes").await.is_ok() {
+            return Ok(());
+        }
         let kubernetes = json!({
             "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
             "spec": {
@@ -143,20 +151,15 @@ impl Registry {
         });
         match self.create(&services, "default", kubernetes, false).await {
             Ok(_) => Ok(()),
-            Err(e) if e.reason == "AlreadyExists" => Ok(()),
+            // Lost a race with another server starting at the same time.
+            Err(_) if self.get(&services, "default", "kubernetes").await.is_ok() => Ok(()),
             Err(e) => Err(e),
         }
     }
 
-    /// Rebuilds the catalogue from the stored CustomResourceDefinitions.
-    async fn refresh_catalog(&self) -> Result<()> {
-        let prefix = b"/registry/apiextensions.k8s.io/customresourcedefinitions/";
-        let listed = self.store.list(prefix, nest_storage::ListOptions::default()).await?;
-        let crds: Vec<Value> =
-            listed.items.iter().filter_map(|item| serde_json::from_slice(&item.value).ok()).collect();
-        let catalog = Arc::new(Catalog::with_crds(&crds));
-        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = catalog;
-        Ok(())
+    /// Rebuilds the catalogue from the stored CustomResourceDefinitions; returns the revision it read at.
+    async fn refresh_catalog(&self) -> Result<Revision> {
+        load_catalog(self.store.as_ref(), &self.catalog).await
     }
 
     fn is_crd(info: &ResourceInfo) -> bool {
@@ -166,7 +169,7 @@ impl Registry {
     /// After a write to `info`: a changed CRD changes what is served.
     async fn after_write(&self, info: &ResourceInfo) {
         if Self::is_crd(info)
-            && let Err(error) = self.refresh_catalog().await
+            && let Err(error) = self.refresh_catalog().await.map(drop)
         {
             tracing::warn!(%error, "reloading CustomResourceDefinitions");
         }
@@ -931,6 +934,47 @@ impl Registry {
             Some((event, state))
         });
         Ok(futures_util::stream::iter(initial).chain(live).boxed())
+    }
+}
+
+const CRD_PREFIX: &[u8] = b"/registry/apiextensions.k8s.io/customresourcedefinitions/";
+
+/// Reads the stored CRDs and installs the catalogue they make; returns the revision read at.
+async fn load_catalog(store: &dyn Store, catalog: &RwLock<Arc<Catalog>>) -> Result<Revision> {
+    let listed = store.list(CRD_PREFIX, nest_storage::ListOptions::default()).await?;
+    let crds: Vec<Value> = listed.items.iter().filter_map(|item| serde_json::from_slice(&item.value).ok()).collect();
+    *catalog.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Catalog::with_crds(&crds));
+    Ok(listed.revision)
+}
+
+/// Reloads the catalogue whenever a CRD changes in storage, whoever changed it.
+async fn follow_crds(store: Arc<dyn Store>, catalog: Arc<RwLock<Arc<Catalog>>>, mut from: Revision) {
+    loop {
+        let mut changes = match store.watch(CRD_PREFIX, from).await {
+            Ok(changes) => changes,
+            Err(_) => return,
+        };
+        while let Some(change) = changes.next().await {
+            match change {
+                Ok(event) => {
+                    from = event.revision.next();
+                    if let Err(error) = load_catalog(store.as_ref(), &catalog).await {
+                        tracing::warn!(%error, "reloading CustomResourceDefinitions");
+                    }
+                }
+                Err(nest_storage::Error::Closed) => return,
+                Err(error) => {
+                    // Fell behind or history was compacted: reload everything and watch again from there.
+                    tracing::debug!(%error, "CRD watch ended; reloading");
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        match load_catalog(store.as_ref(), &catalog).await {
+            Ok(revision) => from = revision.next(),
+            Err(error) => tracing::warn!(%error, "reloading CustomResourceDefinitions"),
+        }
     }
 }
 

@@ -308,6 +308,18 @@ fn kubectl_custom_resource_definitions_come_and_go() {
 }
 
 #[test]
+fn a_restarted_server_keeps_its_objects_and_its_credentials() {
+    let server = Server::start(&Storage::Embedded);
+    server.apply_manifest(NAMESPACE_AND_CONFIGMAP);
+    let before = server.json(&["-n", "demo", "get", "cm", "settings"]);
+    let server = server.restart();
+    let after = server.json(&["-n", "demo", "get", "cm", "settings"]);
+    assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
+    assert_eq!(after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"]);
+    assert_eq!(server.ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]), "10.96.0.1");
+}
+
+#[test]
 fn a_new_server_starts_with_the_bootstrap_namespaces_and_the_kubernetes_service() {
     let server = Server::start(&Storage::Embedded);
     let namespaces = server.ok(&["get", "ns", "-o", "name"]);
@@ -315,4 +327,26 @@ fn a_new_server_starts_with_the_bootstrap_namespaces_and_the_kubernetes_service(
         assert!(namespaces.lines().any(|l| l == format!("namespace/{ns}")), "{namespaces}");
     }
     assert_eq!(server.ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]), "10.96.0.1");
+}
+
+/// Two API servers on one etcd (as in a highly available control plane) serve each other's CRDs and objects.
+#[cfg(feature = "etcd")]
+#[test]
+fn two_servers_sharing_etcd_serve_each_others_custom_resources() {
+    let url = std::env::var("NEST_TEST_ETCD").expect("NEST_TEST_ETCD (scripts/check sets it)");
+    let storage = Storage::Etcd(url);
+    let prefix = format!("/shared-{}-{}", std::process::id(), fastrand::u64(..));
+    let a = Server::start_sharing(&storage, &prefix);
+    let b = Server::start_sharing(&storage, &prefix);
+    a.apply_manifest(WIDGET_CRD);
+    a.ok(&["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !b.ok(&["api-resources", "--api-group=example.com"]).contains("widgets") {
+        assert!(std::time::Instant::now() < deadline, "server b never served the CRD created through server a");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    b.apply_manifest(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: shared, namespace: default}\nspec: {size: 2}\n",
+    );
+    assert_eq!(a.ok(&["get", "wd", "shared", "-o", "jsonpath={.spec.mode}"]), "fast");
 }

@@ -21,11 +21,25 @@ pub struct Server {
 
 impl Server {
     pub fn start(storage: &Storage) -> Server {
-        let data = tempfile::tempdir().unwrap();
+        Server::start_sharing(storage, &format!("/test-{}-{}", std::process::id(), fastrand::u64(..)))
+    }
+
+    /// Starts a server whose etcd keys live under `prefix`; two servers given the same prefix share their objects.
+    pub fn start_sharing(storage: &Storage, prefix: &str) -> Server {
+        Server::start_in(tempfile::tempdir().unwrap(), storage, prefix)
+    }
+
+    /// Stops the server with SIGTERM and starts it again on the same data directory (and so the same store).
+    pub fn restart(mut self) -> Server {
+        self.stop();
+        let data = std::mem::replace(&mut self._data, tempfile::tempdir().unwrap());
+        Server::start_in(data, &Storage::Embedded, "")
+    }
+
+    fn start_in(data: tempfile::TempDir, storage: &Storage, prefix: &str) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_nest"));
         command.args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path());
         if let Storage::Etcd(url) = storage {
-            let prefix = format!("/test-{}-{}", std::process::id(), fastrand::u64(..));
             command.arg(format!("--storage=etcd={url}")).arg(format!("--storage-prefix={prefix}"));
         }
         let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start nest apiserver");
@@ -93,7 +107,13 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // SIGTERM, as an operator would stop it, then make sure it is gone.
+        self.stop();
+    }
+}
+
+impl Server {
+    /// SIGTERM, as an operator would stop it, then make sure it is gone.
+    fn stop(&mut self) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
