@@ -50,7 +50,7 @@ QUERIES = [
 CONTENT_TYPES = [
     "application/json", "application/merge-patch+json", "application/json-patch+json",
     "application/strategic-merge-patch+json", "application/apply-patch+yaml", "text/plain",
-    "application/vnd.kubernetes.protobuf", "",
+    "application/vnd.kubernetes.protobuf", "application/yaml", "",
 ]
 
 

@@ -336,12 +336,18 @@ fn content_type(request: &hyper::http::request::Parts) -> String {
         .unwrap_or_default()
 }
 
-/// Decodes an object body; only JSON is accepted for now.
+/// Decodes an object body: JSON or YAML (protobuf is not served yet).
 fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
     match content_type {
         "" | "application/json" | "*/*" => parse_json(bytes),
+        "application/yaml" => {
+            let value: Value = serde_norway::from_slice(bytes)
+                .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?;
+            Ok(value)
+        }
         other => Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json"
+            "the body of the request was in an unknown format ({other}) - accepted media types include: \
+             application/json, application/yaml"
         ))),
     }
 }
@@ -602,6 +608,32 @@ fn watch_response(events: futures_util::stream::BoxStream<'static, Value>, timeo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_decode_from_json_or_yaml_and_anything_else_is_refused() {
+        let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: \"1\"\n";
+        let from_yaml = decode_object("application/yaml", yaml).unwrap();
+        assert_eq!(
+            from_yaml,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "1"}})
+        );
+        assert_eq!(decode_object("application/json", br#"{"a": 1}"#).unwrap(), json!({"a": 1}));
+        assert_eq!(decode_object("application/yaml", b"a: [1, 2").unwrap_err().code, 400);
+        assert_eq!(decode_object("application/json", b"{").unwrap_err().code, 400);
+        assert_eq!(decode_object("application/vnd.kubernetes.protobuf", b"k8s\0").unwrap_err().code, 415);
+    }
+
+    #[test]
+    fn yaml_alias_bombs_and_deep_nesting_are_refused_not_expanded() {
+        let mut bomb = String::from("a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n");
+        for (i, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"].iter().zip(["a", "b", "c", "d", "e", "f", "g", "h"]) {
+            bomb.push_str(&format!("{}: &{} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n", i, i, p = prev));
+        }
+        assert_eq!(decode_object("application/yaml", bomb.as_bytes()).unwrap_err().code, 400);
+        let deep = "[".repeat(100_000);
+        assert_eq!(decode_object("application/yaml", deep.as_bytes()).unwrap_err().code, 400);
+        assert_eq!(decode_object("application/json", deep.as_bytes()).unwrap_err().code, 400);
+    }
 
     #[test]
     fn accept_headers_pick_the_first_form_nest_can_produce() {
