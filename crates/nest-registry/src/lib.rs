@@ -9,6 +9,7 @@
 //! Start with [`store::Registry`].
 
 pub mod base64;
+pub mod cache;
 pub mod catalog;
 pub mod error;
 pub mod ipalloc;

@@ -13,6 +13,7 @@ use futures_util::stream::{BoxStream, StreamExt};
 use nest_storage::{EventKind, KeyValue, ReadAt, Revision, Store};
 use serde_json::{Value, json};
 
+use crate::cache::{self, Change, ChangeKind, Start, WatchCache};
 use crate::catalog::{Catalog, ResourceInfo};
 use crate::error::{ApiError, Cause, Result};
 use crate::ipalloc::{self, ServiceCidr};
@@ -82,6 +83,8 @@ pub type WatchEvent = Value;
 /// The generic store over a storage backend.
 pub struct Registry {
     store: Arc<dyn Store>,
+    /// Serves lists and watches from memory; `None` in a registry made with [`Registry::new`].
+    cache: Option<Arc<WatchCache>>,
     /// Built-ins plus what the Established CustomResourceDefinitions serve; rebuilt whenever a CRD changes.
     catalog: Arc<RwLock<Arc<Catalog>>>,
     service_cidr: ServiceCidr,
@@ -111,14 +114,17 @@ impl Filter {
 impl Registry {
     pub fn new(store: Arc<dyn Store>, catalog: Catalog) -> Registry {
         let service_cidr = "10.96.0.0/12".parse().expect("a valid default range");
-        Registry { store, catalog: Arc::new(RwLock::new(Arc::new(catalog))), service_cidr }
+        Registry { store, cache: None, catalog: Arc::new(RwLock::new(Arc::new(catalog))), service_cidr }
     }
 
     /// A registry serving the built-ins and the CustomResourceDefinitions in `store`, kept current by a background
-    /// watch, so CRDs written through another API server sharing the store are served here too. Needs a tokio
-    /// runtime; the watch ends when the store closes.
+    /// watch, so CRDs written through another API server sharing the store are served here too, with lists and
+    /// watches served from a [`WatchCache`]. Needs a tokio runtime; the watches end when the store closes.
+    ///
+    /// [`Registry::new`] makes a registry without either: every read goes to storage.
     pub async fn open(store: Arc<dyn Store>) -> Result<Registry> {
-        let registry = Registry::new(store, Catalog::builtin());
+        let mut registry = Registry::new(store, Catalog::builtin());
+        registry.cache = Some(WatchCache::start(registry.store.clone()).await?);
         let from = registry.refresh_catalog().await?.next();
         let (store, catalog) = (registry.store.clone(), registry.catalog.clone());
         tokio::spawn(follow_crds(store, catalog, from));
@@ -303,12 +309,95 @@ impl Registry {
         Self::decode(info, &item)
     }
 
-    /// LIST, in one namespace (`Some`) or across all of them.
+    /// LIST, in one namespace (`Some`) or across all of them: from the watch cache when it can answer, as
+    /// kube-apiserver's cacher does (any list without `continue` or an exact `resourceVersion`), else from storage.
     pub async fn list(&self, resource: &Resource, namespace: Option<&str>, options: &ListOptions) -> Result<Value> {
         let info = &resource.info;
         let filter = Filter::new(resource, options)?;
-        let prefix = Self::prefix(info, namespace);
-        let (read_at, start_after) = self.list_start(options, &prefix)?;
+        let scope = Self::prefix(info, namespace);
+        let (read_at, start_after) = self.list_start(options, &scope)?;
+        if let Some(cache) = &self.cache
+            && start_after.is_none()
+            && read_at == ReadAt::Latest
+            && let Some(min) = self.cache_ready(cache, options.resource_version.as_deref()).await?
+            && let Some(snapshot) = cache.snapshot(&Self::prefix(info, None), &scope).await
+        {
+            if snapshot.revision < min {
+                return Err(too_large_rv(min, snapshot.revision));
+            }
+            return Ok(Self::list_snapshot(info, &filter, options.limit.filter(|&l| l > 0), snapshot));
+        }
+        let list = self.list_from_storage(info, &filter, options, read_at, start_after, &scope).await?;
+        if let Some(min) = options.resource_version.as_deref().filter(|v| !v.is_empty()).map(parse_rv).transpose()?
+            && read_at == ReadAt::Latest
+        {
+            let revision = parse_rv(list["metadata"]["resourceVersion"].as_str().unwrap_or("0"))?;
+            if revision < min {
+                return Err(too_large_rv(min, revision));
+            }
+        }
+        Ok(list)
+    }
+
+    /// Whether the cache may serve a read with this `resourceVersion` (unset: a consistent read; `N`: not older
+    /// than N), once it has caught up: `Some(N)` (0 when unset) if so, `None` if storage must serve it.
+    async fn cache_ready(&self, cache: &WatchCache, resource_version: Option<&str>) -> Result<Option<Revision>> {
+        match resource_version.filter(|v| !v.is_empty()) {
+            None => Ok(cache.catch_up().await.then_some(Revision(0))),
+            Some(v) => {
+                let min = parse_rv(v)?;
+                Ok(cache.wait_for(min, cache::CATCH_UP).await.then_some(min))
+            }
+        }
+    }
+
+    /// A list answered from a cache snapshot: filtered, cut at `limit` with a continue token pinned to the
+    /// snapshot's revision (later pages come from storage at that revision, which holds the same objects).
+    fn list_snapshot(info: &ResourceInfo, filter: &Filter, limit: Option<usize>, snapshot: cache::Snapshot) -> Value {
+        let mut items = Vec::new();
+        let mut last_key = None;
+        let mut more = false;
+        for (key, obj) in &snapshot.items {
+            if !filter.matches(obj) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                more = true;
+                break;
+            }
+            items.push(Self::present(info, obj));
+            last_key = Some(key);
+        }
+        let mut metadata = json!({"resourceVersion": snapshot.revision.0.to_string()});
+        if more && let Some(key) = last_key {
+            metadata["continue"] = json!(encode_continue(snapshot.revision, key));
+        }
+        json!({
+            "kind": format!("{}List", info.kind),
+            "apiVersion": info.api_version(),
+            "metadata": metadata,
+            "items": items,
+        })
+    }
+
+    /// A cached object as served: a copy, with schema defaults applied as on every read.
+    fn present(info: &ResourceInfo, obj: &Value) -> Value {
+        let mut obj = obj.clone();
+        if let Some(schema) = &info.schema {
+            crate::schema::default(schema, &mut obj);
+        }
+        obj
+    }
+
+    async fn list_from_storage(
+        &self,
+        info: &ResourceInfo,
+        filter: &Filter,
+        options: &ListOptions,
+        read_at: ReadAt,
+        start_after: Option<Bytes>,
+        prefix: &str,
+    ) -> Result<Value> {
         let limit = options.limit.filter(|&l| l > 0);
         let mut items = Vec::new();
         let mut start_after = start_after;
@@ -910,6 +999,19 @@ impl Registry {
         let info = resource.info.clone();
         let filter = Filter::new(resource, options)?;
         let prefix = Self::prefix(&info, namespace);
+        if let Some(cache) = &self.cache {
+            let start = match options.resource_version.as_deref().filter(|v| !v.is_empty()) {
+                // Unset: start from the current state, which the cache must first have reached.
+                None => cache.catch_up().await.then_some(Start::Now),
+                Some("0") => Some(Start::Now),
+                Some(v) => Some(Start::After(parse_rv(v)?)),
+            };
+            if let Some(start) = start
+                && let Some(subscription) = cache.subscribe(&Self::prefix(&info, None), &prefix, start).await
+            {
+                return Ok(CachedWatch::stream(info, filter, prefix, subscription, cache.clone(), bookmark_every));
+            }
+        }
         let rv = options.resource_version.as_deref().filter(|v| !v.is_empty() && *v != "0");
         let (initial, from) = match rv {
             Some(v) => (Vec::new(), parse_rv(v)?.next()),
@@ -1051,6 +1153,143 @@ impl WatchState {
             return Some(json!({"type": kind, "object": obj}));
         }
     }
+}
+
+/// A watch served from the [`WatchCache`]: the subscription's initial objects and replayed history, then its live
+/// changes, filtered by namespace and selectors. An object that starts or stops matching the selectors arrives as
+/// ADDED or DELETED, as kube-apiserver's cacher sends it.
+struct CachedWatch {
+    info: Arc<ResourceInfo>,
+    filter: Filter,
+    /// The key prefix of the watched namespace (or of the whole resource).
+    scope: String,
+    replay: std::collections::VecDeque<Arc<Change>>,
+    live: tokio::sync::broadcast::Receiver<Arc<Change>>,
+    /// Live changes at or before this revision were covered by the start.
+    after: Revision,
+    /// The revision this watcher is complete through: what a bookmark reports.
+    last: Revision,
+    cache: Arc<WatchCache>,
+    bookmark_every: Option<Duration>,
+}
+
+impl CachedWatch {
+    fn stream(
+        info: Arc<ResourceInfo>,
+        filter: Filter,
+        scope: String,
+        subscription: cache::Subscription,
+        cache: Arc<WatchCache>,
+        bookmark_every: Option<Duration>,
+    ) -> BoxStream<'static, WatchEvent> {
+        let initial: Vec<Value> = subscription
+            .initial
+            .iter()
+            .filter(|(_, obj)| filter.matches(obj))
+            .map(|(_, obj)| json!({"type": "ADDED", "object": Registry::present(&info, obj)}))
+            .collect();
+        let state = CachedWatch {
+            info,
+            filter,
+            scope,
+            replay: subscription.replay.into(),
+            live: subscription.live,
+            after: subscription.after,
+            last: subscription.after,
+            cache,
+            bookmark_every,
+        };
+        let live = futures_util::stream::unfold(state, |mut state| async move {
+            let event = state.next().await?;
+            Some((event, state))
+        });
+        futures_util::stream::iter(initial).chain(live).boxed()
+    }
+
+    /// The next change as an event; `None` ends the watch (the watcher fell behind or the cache was rebuilt; the
+    /// client resumes from the last revision it saw).
+    async fn next(&mut self) -> Option<WatchEvent> {
+        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+        loop {
+            let change = match self.replay.pop_front() {
+                Some(change) => change,
+                None => {
+                    let received = match self.bookmark_every {
+                        None => self.live.recv().await,
+                        Some(every) => match tokio::time::timeout(every, self.live.recv()).await {
+                            Ok(received) => received,
+                            Err(_) => {
+                                // The cache's revision, read before checking that nothing is queued here, is one
+                                // this watcher is complete through.
+                                let progress = self.cache.revision();
+                                match self.live.try_recv() {
+                                    Err(TryRecvError::Empty) => {
+                                        self.last = self.last.max(progress);
+                                        return Some(self.bookmark());
+                                    }
+                                    Ok(change) => Ok(change),
+                                    Err(TryRecvError::Closed | TryRecvError::Lagged(_)) => return None,
+                                }
+                            }
+                        },
+                    };
+                    match received {
+                        Ok(change) if change.revision <= self.after => continue,
+                        Ok(change) => change,
+                        Err(RecvError::Closed | RecvError::Lagged(_)) => return None,
+                    }
+                }
+            };
+            self.last = self.last.max(change.revision);
+            if !change.key.starts_with(&self.scope) {
+                continue;
+            }
+            if let Some(event) = self.translate(&change) {
+                return Some(event);
+            }
+        }
+    }
+
+    fn translate(&self, change: &Change) -> Option<WatchEvent> {
+        let now = self.filter.matches(&change.object);
+        let before = change.prev.as_ref().is_some_and(|prev| self.filter.matches(prev));
+        let (kind, obj) = match (change.kind, before, now) {
+            (ChangeKind::Added, _, true) => ("ADDED", Registry::present(&self.info, &change.object)),
+            (ChangeKind::Deleted, _, true) => ("DELETED", Registry::present(&self.info, &change.object)),
+            (ChangeKind::Modified, true, true) => ("MODIFIED", Registry::present(&self.info, &change.object)),
+            (ChangeKind::Modified, false, true) => ("ADDED", Registry::present(&self.info, &change.object)),
+            (ChangeKind::Modified, true, false) => {
+                // Left the selection: its last matching state, at the revision it left.
+                let mut prev = Registry::present(&self.info, change.prev.as_deref()?);
+                meta::metadata_mut(&mut prev).insert("resourceVersion".into(), json!(change.revision.0.to_string()));
+                ("DELETED", prev)
+            }
+            _ => return None,
+        };
+        Some(json!({"type": kind, "object": obj}))
+    }
+
+    fn bookmark(&self) -> WatchEvent {
+        json!({
+            "type": "BOOKMARK",
+            "object": {
+                "kind": self.info.kind,
+                "apiVersion": self.info.api_version(),
+                "metadata": {"resourceVersion": self.last.0.to_string()},
+            },
+        })
+    }
+}
+
+/// kube-apiserver's answer to a read newer than anything stored.
+fn too_large_rv(requested: Revision, current: Revision) -> ApiError {
+    let mut error = ApiError::timeout(format!("Too large resource version: {requested}, current: {current}"));
+    error.details.causes.push(Cause {
+        reason: "ResourceVersionTooLarge",
+        message: "Too large resource version".into(),
+        field: String::new(),
+    });
+    error
 }
 
 fn parse_rv(text: &str) -> Result<Revision> {

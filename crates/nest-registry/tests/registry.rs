@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use nest_registry::{Catalog, DeleteOptions, ListOptions, Registry, Resource, Subresource};
+use nest_registry::{DeleteOptions, ListOptions, Registry, Resource, Subresource};
 use nest_storage::Store;
 use nest_storage::embedded::EmbeddedStore;
 use serde_json::{Value, json};
@@ -20,7 +20,7 @@ impl Fixture {
     async fn new() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path(), Default::default()).unwrap());
-        let registry = Registry::new(store.clone(), Catalog::builtin());
+        let registry = Registry::open(store.clone()).await.unwrap();
         let f = Fixture { registry, store, _dir: dir };
         f.registry.create(&f.r("", "namespaces"), "", json!({"metadata": {"name": "ns"}}), false).await.unwrap();
         f
@@ -282,7 +282,7 @@ async fn watches_start_with_synthetic_adds_or_resume_after_a_resource_version() 
 #[tokio::test]
 async fn services_get_distinct_cluster_ips_that_are_freed_on_delete() {
     let f = Fixture::new().await;
-    let registry = Registry::new(f.store.clone(), Catalog::builtin()).with_service_cidr("10.0.0.0/28".parse().unwrap());
+    let registry = Registry::open(f.store.clone()).await.unwrap().with_service_cidr("10.0.0.0/28".parse().unwrap());
     let services = registry.resource("", "v1", "services").unwrap();
     let svc = |name: &str, ip: Option<&str>| {
         let mut body = json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}});

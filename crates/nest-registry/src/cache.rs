@@ -1,0 +1,441 @@
+//! The watch cache: lists and watches served from memory.
+//!
+//! After kube-apiserver's cacher (`k8s.io/apiserver/pkg/storage/cacher`, 1.33), with one difference: instead of one
+//! storage watch per resource, one storage watch on `/registry/` feeds every resource's cache. Its position is then
+//! the position of the whole registry, so "is the cache as new as storage?" is one comparison with
+//! [`Store::current_revision`] and needs no progress notifications, which etcd 3.4 cannot be trusted with.
+//!
+//! A resource's cache is built the first time a list or watch asks for it (one storage list), and from then on
+//! holds every object of that resource, decoded once, plus its last [`HISTORY`] changes. Each change is published to
+//! the resource's watchers through a broadcast channel. A watcher that falls [`BROADCAST`] changes behind is ended
+//! (kube-apiserver closes unresponsive watchers too); the client resumes from the last revision it saw.
+//!
+//! When the storage watch itself ends (history compacted or the watch overflowed), every cache is dropped, its
+//! watchers end, and caches are rebuilt on demand from a fresh list: nothing stale is ever served.
+//!
+//! The registry ([`crate::store::Registry`]) decides when to use the cache; anything the cache cannot answer —
+//! an exact old revision, a continue token, a watch from before the retained history — goes to storage.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use nest_storage::{EventKind, ReadAt, Revision, Store};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, broadcast, watch};
+
+use crate::meta;
+
+/// Changes kept per resource for watches that resume from a recent revision.
+pub const HISTORY: usize = 1024;
+/// Changes a watcher may fall behind before it is ended.
+pub const BROADCAST: usize = 1024;
+/// How long a consistent read waits for the cache to reach the storage revision before reading storage instead.
+pub const CATCH_UP: Duration = Duration::from_millis(100);
+/// The storage page size when a cache is built.
+const LOAD_PAGE: usize = 1000;
+
+/// What happened to an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One change of one object, shared by every watcher.
+#[derive(Debug)]
+pub struct Change {
+    /// The storage key.
+    pub key: String,
+    pub revision: Revision,
+    pub kind: ChangeKind,
+    /// The object after the change; for a deletion, its last state, with the deletion's `resourceVersion`.
+    pub object: Arc<Value>,
+    /// The object before the change, if it existed.
+    pub prev: Option<Arc<Value>>,
+}
+
+/// A consistent view of one resource.
+pub struct Snapshot {
+    /// The revision the view is current at.
+    pub revision: Revision,
+    /// `(key, object)` in key order.
+    pub items: Vec<(String, Arc<Value>)>,
+}
+
+/// A watcher's start: what it must send first, and where to read the rest.
+pub struct Subscription {
+    /// Current objects, for a watch that starts with synthetic ADDED events; empty otherwise.
+    pub initial: Vec<(String, Arc<Value>)>,
+    /// Changes already in the history that the watcher has not seen.
+    pub replay: Vec<Arc<Change>>,
+    /// Every later change.
+    pub live: broadcast::Receiver<Arc<Change>>,
+    /// Changes at or before this revision are already covered and must be skipped.
+    pub after: Revision,
+}
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Start {
+    /// With the current objects, then their changes.
+    Now,
+    /// With the changes after this revision.
+    After(Revision),
+}
+
+/// The caches of every resource, fed by one storage watch.
+pub struct WatchCache {
+    store: Arc<dyn Store>,
+    state: Mutex<State>,
+    /// The revision the cache is complete through, published after each change is applied.
+    progress: watch::Sender<Revision>,
+    /// Wakes readers waiting for a cache under construction.
+    loaded: Notify,
+    /// Set when a consistent read found the cache behind storage (for instance because other tenants write to the
+    /// same etcd); consistent reads then go to storage until the cache is seen current again.
+    behind: AtomicBool,
+}
+
+struct State {
+    /// Every change up to here has been applied.
+    revision: Revision,
+    /// Bumped when the caches are dropped, so that a cache built from an older list is not installed.
+    epoch: u64,
+    /// By resource prefix (`/registry/<group>/<plural>/`).
+    resources: HashMap<String, Slot>,
+    /// The storage watch ended for good (the store closed): every read goes to storage.
+    closed: bool,
+}
+
+enum Slot {
+    /// A list is under way; changes arriving meanwhile wait here.
+    Loading(Vec<nest_storage::Event>),
+    Ready(ResourceCache),
+}
+
+struct ResourceCache {
+    objects: BTreeMap<String, Arc<Value>>,
+    /// The revision the cache was listed at: changes at or before it are already in `objects`.
+    listed: Revision,
+    history: VecDeque<Arc<Change>>,
+    /// `history` holds every change after this revision.
+    history_after: Revision,
+    watchers: broadcast::Sender<Arc<Change>>,
+}
+
+impl ResourceCache {
+    fn apply(&mut self, key: String, revision: Revision, object: Option<Value>, deleted: bool) {
+        if revision <= self.listed {
+            return;
+        }
+        let Some(object) = object else { return };
+        let object = Arc::new(object);
+        let prev = if deleted { self.objects.remove(&key) } else { self.objects.insert(key.clone(), object.clone()) };
+        let kind = match (deleted, &prev) {
+            (true, _) => ChangeKind::Deleted,
+            (false, None) => ChangeKind::Added,
+            (false, Some(_)) => ChangeKind::Modified,
+        };
+        let change = Arc::new(Change { key, revision, kind, object, prev });
+        if self.history.len() == HISTORY
+            && let Some(oldest) = self.history.pop_front()
+        {
+            self.history_after = oldest.revision;
+        }
+        self.history.push_back(change.clone());
+        // No receivers is not an error here.
+        let _ = self.watchers.send(change);
+    }
+}
+
+impl WatchCache {
+    /// Starts following `store` from its current revision. Needs a tokio runtime; the cache stops when the store
+    /// closes.
+    pub async fn start(store: Arc<dyn Store>) -> nest_storage::Result<Arc<WatchCache>> {
+        let revision = store.current_revision().await?;
+        let cache = Arc::new(WatchCache {
+            store,
+            state: Mutex::new(State { revision, epoch: 0, resources: HashMap::new(), closed: false }),
+            progress: watch::Sender::new(revision),
+            loaded: Notify::new(),
+            behind: AtomicBool::new(false),
+        });
+        tokio::spawn(cache.clone().follow());
+        Ok(cache)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The one storage watch: applies every change to the cache of its resource.
+    async fn follow(self: Arc<Self>) {
+        loop {
+            let from = self.lock().revision.next();
+            let mut changes = match self.store.watch(b"/registry/", from).await {
+                Ok(changes) => changes,
+                Err(nest_storage::Error::Closed) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "watch cache: cannot watch storage; starting over");
+                    self.reset().await;
+                    continue;
+                }
+            };
+            loop {
+                match changes.next().await {
+                    Some(Ok(event)) => self.apply(event),
+                    None | Some(Err(nest_storage::Error::Closed)) => {
+                        self.lock().closed = true;
+                        self.reset_caches();
+                        return;
+                    }
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "watch cache: storage watch ended; dropping caches");
+                        self.reset().await;
+                        break;
+                    }
+                }
+            }
+        }
+        self.lock().closed = true;
+        self.reset_caches();
+    }
+
+    fn apply(&self, event: nest_storage::Event) {
+        let revision = event.revision;
+        {
+            let mut state = self.lock();
+            let key = String::from_utf8_lossy(&event.key).into_owned();
+            if let Some(slot) = resource_prefix(&key).and_then(|prefix| state.resources.get_mut(prefix)) {
+                match slot {
+                    Slot::Loading(pending) => pending.push(event),
+                    Slot::Ready(cache) => {
+                        let deleted = event.kind == EventKind::Delete;
+                        cache.apply(key, revision, decode(&event.value, revision), deleted);
+                    }
+                }
+            }
+            state.revision = state.revision.max(revision);
+        }
+        self.progress.send_replace(revision);
+    }
+
+    /// Drops every cache (their watchers end) and starts again from the store's current revision.
+    async fn reset(&self) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let revision = match self.store.current_revision().await {
+            Ok(revision) => revision,
+            Err(_) => self.lock().revision,
+        };
+        self.reset_caches();
+        let mut state = self.lock();
+        state.revision = state.revision.max(revision);
+        drop(state);
+        self.progress.send_replace(revision);
+    }
+
+    fn reset_caches(&self) {
+        let mut state = self.lock();
+        state.epoch += 1;
+        state.resources.clear();
+        drop(state);
+        self.loaded.notify_waiters();
+    }
+
+    /// The revision the cache is complete through.
+    pub fn revision(&self) -> Revision {
+        *self.progress.borrow()
+    }
+
+    /// Waits until the cache has applied every change up to `target`; false if it has not within `wait`.
+    pub async fn wait_for(&self, target: Revision, wait: Duration) -> bool {
+        let mut progress = self.progress.subscribe();
+        matches!(tokio::time::timeout(wait, progress.wait_for(|r| *r >= target)).await, Ok(Ok(_)))
+    }
+
+    /// Waits until the cache is as new as storage is now, for a consistent read; false when the caller should read
+    /// storage instead.
+    pub async fn catch_up(&self) -> bool {
+        let Ok(target) = self.store.current_revision().await else { return false };
+        if self.revision() >= target {
+            self.behind.store(false, Ordering::Relaxed);
+            return true;
+        }
+        if self.behind.load(Ordering::Relaxed) {
+            return false;
+        }
+        let caught_up = self.wait_for(target, CATCH_UP).await;
+        self.behind.store(!caught_up, Ordering::Relaxed);
+        caught_up
+    }
+
+    /// The objects of the resource under `prefix` whose keys start with `scope` (a namespace's prefix, or `prefix`
+    /// itself), after `start_after`, up to `limit`... all of them, since filters run on the result. `None` when the
+    /// cache cannot serve it and storage must.
+    pub async fn snapshot(&self, prefix: &str, scope: &str) -> Option<Snapshot> {
+        self.with_ready(prefix, |state, cache| Snapshot {
+            revision: state.revision.max(cache.listed),
+            items: in_scope(cache, scope),
+        })
+        .await
+    }
+
+    /// Starts a watcher of the resource under `prefix`; `None` when the cache cannot serve it (the start is older
+    /// than the history it holds, or it is unavailable) and storage must.
+    pub async fn subscribe(&self, prefix: &str, scope: &str, start: Start) -> Option<Subscription> {
+        self.with_ready(prefix, |state, cache| {
+            let revision = state.revision.max(cache.listed);
+            match start {
+                Start::Now => Some(Subscription {
+                    initial: in_scope(cache, scope),
+                    replay: Vec::new(),
+                    live: cache.watchers.subscribe(),
+                    after: revision,
+                }),
+                Start::After(after) if after >= cache.history_after => Some(Subscription {
+                    initial: Vec::new(),
+                    replay: cache.history.iter().filter(|c| c.revision > after).cloned().collect(),
+                    live: cache.watchers.subscribe(),
+                    after: after.max(revision),
+                }),
+                Start::After(_) => None,
+            }
+        })
+        .await
+        .flatten()
+    }
+
+    /// Runs `read` on the resource's cache, building the cache first if needed.
+    async fn with_ready<T>(&self, prefix: &str, read: impl Fn(&State, &ResourceCache) -> T) -> Option<T> {
+        loop {
+            let loaded = self.loaded.notified();
+            tokio::pin!(loaded);
+            loaded.as_mut().enable();
+            let epoch = {
+                let mut state = self.lock();
+                if state.closed {
+                    return None;
+                }
+                match state.resources.get(prefix) {
+                    Some(Slot::Ready(cache)) => return Some(read(&state, cache)),
+                    Some(Slot::Loading(_)) => None,
+                    None => {
+                        state.resources.insert(prefix.to_string(), Slot::Loading(Vec::new()));
+                        Some(state.epoch)
+                    }
+                }
+            };
+            match epoch {
+                None => loaded.await,
+                Some(epoch) => {
+                    let built = self.load(prefix, epoch).await;
+                    self.loaded.notify_waiters();
+                    if !built {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lists the resource from storage and installs its cache; false if that failed (the slot is then freed).
+    async fn load(&self, prefix: &str, epoch: u64) -> bool {
+        let listed = self.list_all(prefix).await;
+        let mut state = self.lock();
+        if state.epoch != epoch {
+            return true; // Dropped meanwhile; the caller tries again.
+        }
+        let (revision, items) = match listed {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(%error, prefix, "watch cache: cannot list; serving from storage");
+                state.resources.remove(prefix);
+                return false;
+            }
+        };
+        let Some(Slot::Loading(pending)) = state.resources.remove(prefix) else { return false };
+        let mut cache = ResourceCache {
+            objects: items,
+            listed: revision,
+            history: VecDeque::new(),
+            history_after: revision,
+            watchers: broadcast::Sender::new(BROADCAST),
+        };
+        for event in pending {
+            let key = String::from_utf8_lossy(&event.key).into_owned();
+            let object = decode(&event.value, event.revision);
+            cache.apply(key, event.revision, object, event.kind == EventKind::Delete);
+        }
+        state.resources.insert(prefix.to_string(), Slot::Ready(cache));
+        true
+    }
+
+    async fn list_all(&self, prefix: &str) -> nest_storage::Result<(Revision, BTreeMap<String, Arc<Value>>)> {
+        let mut objects = BTreeMap::new();
+        let mut options =
+            nest_storage::ListOptions { revision: ReadAt::Latest, limit: Some(LOAD_PAGE), start_after: None };
+        loop {
+            let page = self.store.list(prefix.as_bytes(), options.clone()).await?;
+            for item in &page.items {
+                let key = String::from_utf8_lossy(&item.key).into_owned();
+                if let Some(object) = decode(&item.value, item.mod_revision) {
+                    objects.insert(key, Arc::new(object));
+                }
+            }
+            if !page.more {
+                return Ok((page.revision, objects));
+            }
+            options.revision = ReadAt::Revision(page.revision);
+            options.start_after = page.items.last().map(|i| i.key.clone());
+        }
+    }
+}
+
+/// `/registry/<group>/<plural>/` of a key, the prefix its resource's cache is filed under.
+fn resource_prefix(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("/registry/")?;
+    let group_end = rest.find('/')?;
+    let plural_end = rest[group_end + 1..].find('/')?;
+    Some(&key[..("/registry/".len() + group_end + 1 + plural_end + 1)])
+}
+
+fn in_scope(cache: &ResourceCache, scope: &str) -> Vec<(String, Arc<Value>)> {
+    cache
+        .objects
+        .range::<str, _>((Bound::Included(scope), Bound::Unbounded))
+        .take_while(|(key, _)| key.starts_with(scope))
+        .map(|(key, object)| (key.clone(), object.clone()))
+        .collect()
+}
+
+/// A stored object with its `resourceVersion`; `None` (and a warning) if it is not JSON.
+fn decode(bytes: &[u8], revision: Revision) -> Option<Value> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(mut object) => {
+            meta::metadata_mut(&mut object).insert("resourceVersion".into(), json!(revision.0.to_string()));
+            Some(object)
+        }
+        Err(error) => {
+            tracing::warn!(%error, revision = revision.0, "watch cache: stored object is not JSON; skipped");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_file_under_their_resource() {
+        assert_eq!(resource_prefix("/registry/core/pods/ns/a"), Some("/registry/core/pods/"));
+        assert_eq!(resource_prefix("/registry/apps/deployments/x"), Some("/registry/apps/deployments/"));
+        assert_eq!(resource_prefix("/registry/core/"), None);
+        assert_eq!(resource_prefix("/other/core/pods/a"), None);
+    }
+}

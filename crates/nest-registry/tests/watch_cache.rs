@@ -1,0 +1,211 @@
+//! The watch cache, in process over the embedded storage backend: lists and watches answered from memory, never
+//! stale, and watches that see objects enter and leave a selection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use nest_registry::{ListOptions, Registry, Resource};
+use nest_storage::embedded::EmbeddedStore;
+use nest_storage::{Deleted, KeyValue, ListResult, Revision, Store, WatchStream};
+use serde_json::{Value, json};
+
+/// The embedded store, counting the lists and watches that reach it.
+struct Counted {
+    inner: EmbeddedStore,
+    lists: AtomicUsize,
+    watches: AtomicUsize,
+}
+
+#[async_trait]
+impl Store for Counted {
+    async fn get(&self, key: &[u8]) -> nest_storage::Result<Option<KeyValue>> {
+        self.inner.get(key).await
+    }
+    async fn list(&self, prefix: &[u8], options: nest_storage::ListOptions) -> nest_storage::Result<ListResult> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list(prefix, options).await
+    }
+    async fn create(&self, key: &[u8], value: Bytes) -> nest_storage::Result<KeyValue> {
+        self.inner.create(key, value).await
+    }
+    async fn update(&self, key: &[u8], value: Bytes, expected: Revision) -> nest_storage::Result<KeyValue> {
+        self.inner.update(key, value, expected).await
+    }
+    async fn delete(&self, key: &[u8], expected: Option<Revision>) -> nest_storage::Result<Deleted> {
+        self.inner.delete(key, expected).await
+    }
+    async fn watch(&self, prefix: &[u8], from: Revision) -> nest_storage::Result<WatchStream> {
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        self.inner.watch(prefix, from).await
+    }
+    async fn current_revision(&self) -> nest_storage::Result<Revision> {
+        self.inner.current_revision().await
+    }
+    async fn count(&self, prefix: &[u8]) -> nest_storage::Result<u64> {
+        self.inner.count(prefix).await
+    }
+    async fn compact(&self, revision: Revision) -> nest_storage::Result<()> {
+        self.inner.compact(revision).await
+    }
+    fn backend(&self) -> &'static str {
+        "counted"
+    }
+}
+
+struct Fixture {
+    registry: Registry,
+    store: Arc<Counted>,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = EmbeddedStore::open(dir.path(), Default::default()).unwrap();
+        let store = Arc::new(Counted { inner, lists: AtomicUsize::new(0), watches: AtomicUsize::new(0) });
+        let registry = Registry::open(store.clone()).await.unwrap();
+        registry.create(&cms(&registry, "namespaces"), "", json!({"metadata": {"name": "ns"}}), false).await.unwrap();
+        Fixture { registry, store, _dir: dir }
+    }
+
+    fn configmaps(&self) -> Resource {
+        cms(&self.registry, "configmaps")
+    }
+
+    async fn put(&self, name: &str, labels: Value) -> Value {
+        let body = json!({"metadata": {"name": name, "labels": labels}});
+        let resource = self.configmaps();
+        match self.registry.get(&resource, "ns", name).await {
+            Ok(mut old) => {
+                old["metadata"]["labels"] = labels;
+                self.registry.update(&resource, "ns", name, old, nest_registry::Subresource::Main, false).await.unwrap()
+            }
+            Err(_) => self.registry.create(&resource, "ns", body, false).await.unwrap(),
+        }
+    }
+
+    async fn names(&self, options: &ListOptions) -> Vec<String> {
+        let list = self.registry.list(&self.configmaps(), Some("ns"), options).await.unwrap();
+        list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+    }
+}
+
+fn cms(registry: &Registry, plural: &str) -> Resource {
+    registry.resource("", "v1", plural).unwrap()
+}
+
+async fn next(stream: &mut BoxStream<'static, Value>) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("an event in time").expect("an event")
+}
+
+fn summary(event: &Value) -> (String, String) {
+    (event["type"].as_str().unwrap().to_string(), event["object"]["metadata"]["name"].as_str().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_come_from_memory_once_the_cache_is_built_and_never_lag_behind_writes() {
+    let f = Fixture::new().await;
+    f.put("first", json!({})).await;
+    assert_eq!(f.names(&ListOptions::default()).await, ["first"]);
+    let lists_after_warmup = f.store.lists.load(Ordering::SeqCst);
+
+    // Read-your-writes: every list right after a write sees it, though it is served from memory.
+    for i in 0..50 {
+        f.put(&format!("cm-{i:02}"), json!({})).await;
+        assert_eq!(f.names(&ListOptions::default()).await.len(), i + 2);
+        let any = ListOptions { resource_version: Some("0".into()), ..Default::default() };
+        assert!(f.names(&any).await.len() <= i + 2);
+    }
+    assert_eq!(f.store.lists.load(Ordering::SeqCst), lists_after_warmup, "no list reached storage");
+
+    // Pages: the first from memory, later ones from storage at the same revision, and together the same objects.
+    let page = ListOptions { limit: Some(20), ..Default::default() };
+    let first = f.registry.list(&f.configmaps(), Some("ns"), &page).await.unwrap();
+    assert_eq!(first["items"].as_array().unwrap().len(), 20);
+    f.put("late", json!({})).await;
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    let rest = ListOptions { continue_token: Some(token), ..Default::default() };
+    let rest = f.registry.list(&f.configmaps(), Some("ns"), &rest).await.unwrap();
+    assert_eq!(rest["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"]);
+    assert_eq!(rest["items"].as_array().unwrap().len(), 31, "51 objects in all, without the late one");
+
+    // A resourceVersion newer than anything stored is refused, as kube-apiserver does.
+    let future = ListOptions { resource_version: Some("999999".into()), ..Default::default() };
+    let error = f.registry.list(&f.configmaps(), Some("ns"), &future).await.unwrap_err();
+    assert_eq!((error.code, error.reason), (504, "Timeout"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_see_objects_enter_and_leave_their_selection() {
+    let f = Fixture::new().await;
+    let web = ListOptions { label_selector: Some("app=web".into()), ..Default::default() };
+    let mut watch = f.registry.watch(&f.configmaps(), Some("ns"), &web, None).await.unwrap();
+    let mut all = f.registry.watch(&f.configmaps(), None, &ListOptions::default(), None).await.unwrap();
+
+    f.put("a", json!({"app": "db"})).await;
+    f.put("a", json!({"app": "web"})).await;
+    f.put("a", json!({"app": "web", "tier": "front"})).await;
+    let left = f.put("a", json!({"app": "db"})).await;
+    f.put("b", json!({"app": "web"})).await;
+
+    assert_eq!(summary(&next(&mut watch).await), ("ADDED".into(), "a".into()));
+    assert_eq!(summary(&next(&mut watch).await), ("MODIFIED".into(), "a".into()));
+    let gone = next(&mut watch).await;
+    assert_eq!(summary(&gone), ("DELETED".into(), "a".into()));
+    assert_eq!(gone["object"]["metadata"]["labels"]["app"], "web", "the last state that matched");
+    assert_eq!(gone["object"]["metadata"]["resourceVersion"], left["metadata"]["resourceVersion"]);
+    assert_eq!(summary(&next(&mut watch).await), ("ADDED".into(), "b".into()));
+
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        seen.push(summary(&next(&mut all).await).0);
+    }
+    assert_eq!(seen, ["ADDED", "MODIFIED", "MODIFIED", "MODIFIED", "ADDED"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_resume_from_the_cache_history_even_after_storage_compacts() {
+    let f = Fixture::new().await;
+    let start = f.put("a", json!({})).await;
+    // Build the cache, then change things.
+    f.names(&ListOptions::default()).await;
+    f.put("b", json!({})).await;
+    f.put("a", json!({"x": "y"})).await;
+    f.store.compact(f.store.current_revision().await.unwrap()).await.unwrap();
+    let watches = f.store.watches.load(Ordering::SeqCst);
+
+    let resume = ListOptions {
+        resource_version: start["metadata"]["resourceVersion"].as_str().map(Into::into),
+        ..Default::default()
+    };
+    let mut watch = f.registry.watch(&f.configmaps(), Some("ns"), &resume, None).await.unwrap();
+    assert_eq!(summary(&next(&mut watch).await), ("ADDED".into(), "b".into()));
+    assert_eq!(summary(&next(&mut watch).await), ("MODIFIED".into(), "a".into()));
+    f.put("c", json!({})).await;
+    assert_eq!(summary(&next(&mut watch).await), ("ADDED".into(), "c".into()));
+    assert_eq!(f.store.watches.load(Ordering::SeqCst), watches, "no watch reached storage");
+
+    // Bookmarks report the cache's progress, even when the changes are to other resources.
+    let bookmarks = ListOptions { allow_watch_bookmarks: true, ..Default::default() };
+    let every = Some(Duration::from_millis(100));
+    let mut quiet = f.registry.watch(&f.configmaps(), Some("ns"), &bookmarks, every).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(next(&mut quiet).await["type"], "ADDED");
+    }
+    let secrets = f.registry.resource("", "v1", "secrets").unwrap();
+    let secret = f.registry.create(&secrets, "ns", json!({"metadata": {"name": "s"}}), false).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let bookmark = next(&mut quiet).await;
+        assert_eq!(bookmark["type"], "BOOKMARK");
+        if bookmark["object"]["metadata"]["resourceVersion"] == secret["metadata"]["resourceVersion"] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "bookmarks never reached the secret's revision");
+    }
+}
