@@ -40,7 +40,11 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
-    let mut response = Response::new(full(value.to_string()));
+    json_bytes_response(code, Bytes::from(value.to_string()))
+}
+
+fn json_bytes_response(code: StatusCode, json: Bytes) -> Response<Body> {
+    let mut response = Response::new(full(json));
     *response.status_mut() = code;
     response.headers_mut().insert("content-type", "application/json".parse().expect("a header value"));
     response
@@ -393,6 +397,10 @@ async fn resource_request(
                 return Ok(watch_response(events, timeout));
             }
             verb_allowed("list")?;
+            if representation == Representation::Full {
+                let list = registry.list_json(&target.resource, scope, &options).await?;
+                return Ok(json_bytes_response(StatusCode::OK, list));
+            }
             let list = registry.list(&target.resource, scope, &options).await?;
             Ok(json_response(StatusCode::OK, &representation.list(list)))
         }

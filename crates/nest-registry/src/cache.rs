@@ -19,9 +19,10 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::StreamExt;
 use nest_storage::{EventKind, ReadAt, Revision, Store};
 use serde_json::{Value, json};
@@ -46,17 +47,45 @@ pub enum ChangeKind {
     Deleted,
 }
 
+/// An object as the cache holds it: decoded once, encoded to JSON at most once, shared by every reader.
+#[derive(Debug)]
+pub struct Cached {
+    value: Value,
+    json: OnceLock<Bytes>,
+}
+
+impl Cached {
+    fn new(value: Value) -> Cached {
+        Cached { value, json: OnceLock::new() }
+    }
+
+    /// The object's JSON, as served.
+    pub fn json(&self) -> &Bytes {
+        self.json.get_or_init(|| Bytes::from(serde_json::to_vec(&self.value).unwrap_or_default()))
+    }
+}
+
+impl std::ops::Deref for Cached {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.value
+    }
+}
+
+/// A cached object under its storage key.
+pub type Entry = (Arc<str>, Arc<Cached>);
+
 /// One change of one object, shared by every watcher.
 #[derive(Debug)]
 pub struct Change {
     /// The storage key.
-    pub key: String,
+    pub key: Arc<str>,
     pub revision: Revision,
     pub kind: ChangeKind,
     /// The object after the change; for a deletion, its last state, with the deletion's `resourceVersion`.
-    pub object: Arc<Value>,
+    pub object: Arc<Cached>,
     /// The object before the change, if it existed.
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Arc<Cached>>,
 }
 
 /// A consistent view of one resource.
@@ -64,13 +93,13 @@ pub struct Snapshot {
     /// The revision the view is current at.
     pub revision: Revision,
     /// `(key, object)` in key order.
-    pub items: Vec<(String, Arc<Value>)>,
+    pub items: Vec<Entry>,
 }
 
 /// A watcher's start: what it must send first, and where to read the rest.
 pub struct Subscription {
     /// Current objects, for a watch that starts with synthetic ADDED events; empty otherwise.
-    pub initial: Vec<(String, Arc<Value>)>,
+    pub initial: Vec<Entry>,
     /// Changes already in the history that the watcher has not seen.
     pub replay: Vec<Arc<Change>>,
     /// Every later change.
@@ -119,7 +148,7 @@ enum Slot {
 }
 
 struct ResourceCache {
-    objects: BTreeMap<String, Arc<Value>>,
+    objects: BTreeMap<Arc<str>, Arc<Cached>>,
     /// The revision the cache was listed at: changes at or before it are already in `objects`.
     listed: Revision,
     history: VecDeque<Arc<Change>>,
@@ -129,12 +158,16 @@ struct ResourceCache {
 }
 
 impl ResourceCache {
-    fn apply(&mut self, key: String, revision: Revision, object: Option<Value>, deleted: bool) {
+    fn apply(&mut self, key: &str, revision: Revision, object: Option<Value>, deleted: bool) {
         if revision <= self.listed {
             return;
         }
         let Some(object) = object else { return };
-        let object = Arc::new(object);
+        let object = Arc::new(Cached::new(object));
+        let key: Arc<str> = match self.objects.get_key_value(key) {
+            Some((existing, _)) => existing.clone(),
+            None => Arc::from(key),
+        };
         let prev = if deleted { self.objects.remove(&key) } else { self.objects.insert(key.clone(), object.clone()) };
         let kind = match (deleted, &prev) {
             (true, _) => ChangeKind::Deleted,
@@ -216,7 +249,7 @@ impl WatchCache {
                     Slot::Loading(pending) => pending.push(event),
                     Slot::Ready(cache) => {
                         let deleted = event.kind == EventKind::Delete;
-                        cache.apply(key, revision, decode(&event.value, revision), deleted);
+                        cache.apply(&key, revision, decode(&event.value, revision), deleted);
                     }
                 }
             }
@@ -245,6 +278,13 @@ impl WatchCache {
         state.resources.clear();
         drop(state);
         self.loaded.notify_waiters();
+    }
+
+    /// Builds the caches of these resources (prefixes as in [`WatchCache::snapshot`]), one after the other.
+    pub async fn warm(self: Arc<Self>, prefixes: Vec<String>) {
+        for prefix in prefixes {
+            self.with_ready(&prefix, |_, _| ()).await;
+        }
     }
 
     /// The revision the cache is complete through.
@@ -369,22 +409,22 @@ impl WatchCache {
         for event in pending {
             let key = String::from_utf8_lossy(&event.key).into_owned();
             let object = decode(&event.value, event.revision);
-            cache.apply(key, event.revision, object, event.kind == EventKind::Delete);
+            cache.apply(&key, event.revision, object, event.kind == EventKind::Delete);
         }
         state.resources.insert(prefix.to_string(), Slot::Ready(cache));
         true
     }
 
-    async fn list_all(&self, prefix: &str) -> nest_storage::Result<(Revision, BTreeMap<String, Arc<Value>>)> {
+    async fn list_all(&self, prefix: &str) -> nest_storage::Result<(Revision, BTreeMap<Arc<str>, Arc<Cached>>)> {
         let mut objects = BTreeMap::new();
         let mut options =
             nest_storage::ListOptions { revision: ReadAt::Latest, limit: Some(LOAD_PAGE), start_after: None };
         loop {
             let page = self.store.list(prefix.as_bytes(), options.clone()).await?;
             for item in &page.items {
-                let key = String::from_utf8_lossy(&item.key).into_owned();
+                let key: Arc<str> = Arc::from(String::from_utf8_lossy(&item.key));
                 if let Some(object) = decode(&item.value, item.mod_revision) {
-                    objects.insert(key, Arc::new(object));
+                    objects.insert(key, Arc::new(Cached::new(object)));
                 }
             }
             if !page.more {
@@ -404,7 +444,7 @@ fn resource_prefix(key: &str) -> Option<&str> {
     Some(&key[..("/registry/".len() + group_end + 1 + plural_end + 1)])
 }
 
-fn in_scope(cache: &ResourceCache, scope: &str) -> Vec<(String, Arc<Value>)> {
+fn in_scope(cache: &ResourceCache, scope: &str) -> Vec<Entry> {
     cache
         .objects
         .range::<str, _>((Bound::Included(scope), Bound::Unbounded))

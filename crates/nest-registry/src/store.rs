@@ -124,7 +124,12 @@ impl Registry {
     /// [`Registry::new`] makes a registry without either: every read goes to storage.
     pub async fn open(store: Arc<dyn Store>) -> Result<Registry> {
         let mut registry = Registry::new(store, Catalog::builtin());
-        registry.cache = Some(WatchCache::start(registry.store.clone()).await?);
+        let cache = WatchCache::start(registry.store.clone()).await?;
+        // Build the built-ins' caches now, as kube-apiserver does at start, so no client waits for the first list.
+        let prefixes: Vec<String> =
+            registry.catalog().resources().iter().map(|info| Self::prefix(info, None)).collect();
+        tokio::spawn(cache.clone().warm(prefixes));
+        registry.cache = Some(cache);
         let from = registry.refresh_catalog().await?.next();
         let (store, catalog) = (registry.store.clone(), registry.catalog.clone());
         tokio::spawn(follow_crds(store, catalog, from));
@@ -312,6 +317,28 @@ impl Registry {
     /// LIST, in one namespace (`Some`) or across all of them: from the watch cache when it can answer, as
     /// kube-apiserver's cacher does (any list without `continue` or an exact `resourceVersion`), else from storage.
     pub async fn list(&self, resource: &Resource, namespace: Option<&str>, options: &ListOptions) -> Result<Value> {
+        Ok(match self.list_any(resource, namespace, options).await? {
+            Listed::Stored(list) => list,
+            Listed::Cached(list) => list.to_value(),
+        })
+    }
+
+    /// [`Registry::list`], encoded as JSON: what a list request answers. From the cache, objects are encoded once
+    /// and shared by every list and watch that sends them.
+    pub async fn list_json(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Bytes> {
+        Ok(match self.list_any(resource, namespace, options).await? {
+            Listed::Stored(list) => Bytes::from(list.to_string()),
+            Listed::Cached(list) if list.info.schema.is_some() => Bytes::from(list.to_value().to_string()),
+            Listed::Cached(list) => list.to_json(),
+        })
+    }
+
+    async fn list_any(&self, resource: &Resource, namespace: Option<&str>, options: &ListOptions) -> Result<Listed> {
         let info = &resource.info;
         let filter = Filter::new(resource, options)?;
         let scope = Self::prefix(info, namespace);
@@ -325,7 +352,8 @@ impl Registry {
             if snapshot.revision < min {
                 return Err(too_large_rv(min, snapshot.revision));
             }
-            return Ok(Self::list_snapshot(info, &filter, options.limit.filter(|&l| l > 0), snapshot));
+            let limit = options.limit.filter(|&l| l > 0);
+            return Ok(Listed::Cached(CachedList::new(info.clone(), &filter, limit, snapshot)));
         }
         let list = self.list_from_storage(info, &filter, options, read_at, start_after, &scope).await?;
         if let Some(min) = options.resource_version.as_deref().filter(|v| !v.is_empty()).map(parse_rv).transpose()?
@@ -336,7 +364,7 @@ impl Registry {
                 return Err(too_large_rv(min, revision));
             }
         }
-        Ok(list)
+        Ok(Listed::Stored(list))
     }
 
     /// Whether the cache may serve a read with this `resourceVersion` (unset: a consistent read; `N`: not older
@@ -349,35 +377,6 @@ impl Registry {
                 Ok(cache.wait_for(min, cache::CATCH_UP).await.then_some(min))
             }
         }
-    }
-
-    /// A list answered from a cache snapshot: filtered, cut at `limit` with a continue token pinned to the
-    /// snapshot's revision (later pages come from storage at that revision, which holds the same objects).
-    fn list_snapshot(info: &ResourceInfo, filter: &Filter, limit: Option<usize>, snapshot: cache::Snapshot) -> Value {
-        let mut items = Vec::new();
-        let mut last_key = None;
-        let mut more = false;
-        for (key, obj) in &snapshot.items {
-            if !filter.matches(obj) {
-                continue;
-            }
-            if limit.is_some_and(|l| items.len() >= l) {
-                more = true;
-                break;
-            }
-            items.push(Self::present(info, obj));
-            last_key = Some(key);
-        }
-        let mut metadata = json!({"resourceVersion": snapshot.revision.0.to_string()});
-        if more && let Some(key) = last_key {
-            metadata["continue"] = json!(encode_continue(snapshot.revision, key));
-        }
-        json!({
-            "kind": format!("{}List", info.kind),
-            "apiVersion": info.api_version(),
-            "metadata": metadata,
-            "items": items,
-        })
     }
 
     /// A cached object as served: a copy, with schema defaults applied as on every read.
@@ -1152,6 +1151,76 @@ impl WatchState {
             };
             return Some(json!({"type": kind, "object": obj}));
         }
+    }
+}
+
+/// A list, from the cache or from storage.
+enum Listed {
+    Stored(Value),
+    Cached(CachedList),
+}
+
+/// A list answered from a cache snapshot: filtered, cut at `limit` with a continue token pinned to the snapshot's
+/// revision (later pages come from storage at that revision, which holds the same objects).
+struct CachedList {
+    info: Arc<ResourceInfo>,
+    metadata: Value,
+    items: Vec<Arc<cache::Cached>>,
+}
+
+impl CachedList {
+    fn new(info: Arc<ResourceInfo>, filter: &Filter, limit: Option<usize>, snapshot: cache::Snapshot) -> CachedList {
+        let mut items = Vec::new();
+        let mut last_key = None;
+        let mut more = false;
+        for (key, obj) in snapshot.items {
+            if !filter.matches(&obj) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                more = true;
+                break;
+            }
+            items.push(obj);
+            last_key = Some(key);
+        }
+        let mut metadata = json!({"resourceVersion": snapshot.revision.0.to_string()});
+        if more && let Some(key) = last_key {
+            metadata["continue"] = json!(encode_continue(snapshot.revision, &key));
+        }
+        CachedList { info, metadata, items }
+    }
+
+    fn to_value(&self) -> Value {
+        json!({
+            "kind": format!("{}List", self.info.kind),
+            "apiVersion": self.info.api_version(),
+            "metadata": self.metadata,
+            "items": self.items.iter().map(|obj| Registry::present(&self.info, obj)).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The list's JSON, with each object's shared encoding copied in. Only for objects served as stored (no schema
+    /// defaults to apply).
+    fn to_json(&self) -> Bytes {
+        let head = json!({
+            "kind": format!("{}List", self.info.kind),
+            "apiVersion": self.info.api_version(),
+            "metadata": self.metadata,
+        })
+        .to_string();
+        let size = self.items.iter().map(|obj| obj.json().len() + 1).sum::<usize>();
+        let mut out = Vec::with_capacity(head.len() + size + 16);
+        out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+        out.extend_from_slice(b",\"items\":[");
+        for (i, obj) in self.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(obj.json());
+        }
+        out.extend_from_slice(b"]}");
+        Bytes::from(out)
     }
 }
 

@@ -271,9 +271,11 @@ async fn watches_start_with_synthetic_adds_or_resume_after_a_resource_version() 
     let bookmark = next(&mut filtered).await;
     assert_eq!(bookmark["type"], "BOOKMARK");
 
+    // A start older than both the storage history and the watch cache's (which begins when the registry opens).
     f.store.compact(f.store.current_revision().await.unwrap()).await.unwrap();
+    let reopened = Registry::open(f.store.clone()).await.unwrap();
     let old = ListOptions { resource_version: Some("1".into()), ..Default::default() };
-    let mut expired = f.registry.watch(&cms, Some("ns"), &old, None).await.unwrap();
+    let mut expired = reopened.watch(&cms, Some("ns"), &old, None).await.unwrap();
     let error = next(&mut expired).await;
     assert_eq!((error["type"].as_str(), error["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
     assert_eq!(error["object"]["reason"], "Expired");
