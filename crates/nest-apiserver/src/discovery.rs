@@ -81,7 +81,7 @@ pub fn api_resource_list(catalog: &Catalog, group: &str, version: &str) -> Optio
         if r.status {
             resources.push(sub("status", &r.kind, &["get", "patch", "update"]));
         }
-        if r.scale {
+        if r.scale.is_some() {
             let mut scale = sub("scale", "Scale", &["get", "patch", "update"]);
             scale["group"] = json!("autoscaling");
             scale["version"] = json!("v1");

@@ -11,11 +11,12 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use nest_registry::patch::{json_patch, merge_patch};
+use nest_registry::scale::scale_of;
 use nest_registry::{ApiError, DeleteOptions, ListOptions, Registry, Resource, Result, Subresource};
 use serde_json::{Value, json};
 
 use crate::auth::{Tokens, User};
+use crate::body::{Patch, apply_patch, decode_object, parse_json, parse_patch};
 use crate::discovery;
 
 /// The largest request body accepted (kube-apiserver's limit is 3 MiB).
@@ -47,6 +48,17 @@ fn json_bytes_response(code: StatusCode, json: Bytes) -> Response<Body> {
     let mut response = Response::new(full(json));
     *response.status_mut() = code;
     response.headers_mut().insert("content-type", "application/json".parse().expect("a header value"));
+    response
+}
+
+/// Adds `Warning: 299 - "…"` headers, as kube-apiserver sends them (kubectl prints them as `Warning: …`).
+fn with_warnings(mut response: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for warning in warnings {
+        let text = format!("299 - {:?}", warning.replace(['\r', '\n'], " "));
+        if let Ok(value) = text.parse() {
+            response.headers_mut().append("warning", value);
+        }
+    }
     response
 }
 
@@ -186,6 +198,27 @@ impl Query {
         }
     }
 
+    /// What `fieldValidation` asks for fields the kind does not have: an error (`Strict`), a warning (`Warn`, the
+    /// default) or nothing (`Ignore`). Returns the warnings to send.
+    fn field_validation(&self, resource: &Resource, body: &Value) -> Result<Vec<String>> {
+        let strict = match self.get("fieldValidation") {
+            None | Some("") | Some("Warn") => false,
+            Some("Strict") => true,
+            Some("Ignore") => return Ok(Vec::new()),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+                )));
+            }
+        };
+        let unknown: Vec<String> =
+            resource.unknown_fields(body).into_iter().map(|field| format!("unknown field {field:?}")).collect();
+        if strict && !unknown.is_empty() {
+            return Err(ApiError::bad_request(format!("strict decoding error: {}", unknown.join(", "))));
+        }
+        Ok(unknown)
+    }
+
     fn list_options(&self) -> Result<ListOptions> {
         let limit = match self.get("limit").filter(|l| !l.is_empty()) {
             Some(l) => Some(l.parse::<usize>().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?),
@@ -259,7 +292,7 @@ fn target(state: &State, group: &str, version: &str, segments: &[&str]) -> Resul
     }
     if let Some(sub) = &subresource {
         let known = (sub == "status" && resource.info.status)
-            || (sub == "scale" && resource.info.scale)
+            || (sub == "scale" && resource.info.scale.is_some())
             || (sub == "finalize" && resource.info.group.is_empty() && resource.info.plural == "namespaces");
         if !known {
             return Err(ApiError::no_route());
@@ -327,10 +360,6 @@ async fn read_body(body: Incoming) -> Result<Bytes> {
     }
 }
 
-fn parse_json(bytes: &[u8]) -> Result<Value> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
-}
-
 fn content_type(request: &hyper::http::request::Parts) -> String {
     request
         .headers
@@ -338,22 +367,6 @@ fn content_type(request: &hyper::http::request::Parts) -> String {
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
         .unwrap_or_default()
-}
-
-/// Decodes an object body: JSON or YAML (protobuf is not served yet).
-fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
-    match content_type {
-        "" | "application/json" | "*/*" => parse_json(bytes),
-        "application/yaml" => {
-            let value: Value = serde_norway::from_slice(bytes)
-                .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?;
-            Ok(value)
-        }
-        other => Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format ({other}) - accepted media types include: \
-             application/json, application/yaml"
-        ))),
-    }
 }
 
 async fn resource_request(
@@ -407,8 +420,9 @@ async fn resource_request(
         (&Method::POST, None, None) => {
             verb_allowed("create")?;
             let body = decode_object(&content_type, &body)?;
+            let warnings = query.field_validation(&target.resource, &body)?;
             let created = registry.create(&target.resource, ns, body, query.dry_run()?).await?;
-            Ok(json_response(StatusCode::CREATED, &created))
+            Ok(with_warnings(json_response(StatusCode::CREATED, &created), &warnings))
         }
         (&Method::DELETE, None, None) => {
             verb_allowed("deletecollection")?;
@@ -439,20 +453,26 @@ async fn resource_request(
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
             verb_allowed("update")?;
             let body = decode_object(&content_type, &body)?;
+            let warnings = query.field_validation(&target.resource, &body)?;
             let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
             let updated = registry.update(&target.resource, ns, name, body, subresource, query.dry_run()?).await?;
-            Ok(json_response(StatusCode::OK, &updated))
+            Ok(with_warnings(json_response(StatusCode::OK, &updated), &warnings))
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
             verb_allowed("patch")?;
             let patch = parse_patch(&content_type, &body)?;
+            // A merge patch has the object's shape, so its unknown fields are the result's.
+            let warnings = match &patch {
+                Patch::Merge(doc) => query.field_validation(&target.resource, doc)?,
+                Patch::Json(_) => Vec::new(),
+            };
             let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
             let patched = registry
                 .update_with(&target.resource, ns, name, subresource, query.dry_run()?, |current| {
                     apply_patch(&patch, current)
                 })
                 .await?;
-            Ok(json_response(StatusCode::OK, &patched))
+            Ok(with_warnings(json_response(StatusCode::OK, &patched), &warnings))
         }
         (&Method::DELETE, Some(name), None) => {
             verb_allowed("delete")?;
@@ -471,7 +491,7 @@ async fn resource_request(
         }
         (&Method::GET, Some(name), Some("scale")) => {
             let obj = registry.get(&target.resource, ns, name).await?;
-            Ok(json_response(StatusCode::OK, &scale_of(&obj)))
+            Ok(json_response(StatusCode::OK, &scale_of(&info, &obj)))
         }
         (&Method::PUT | &Method::PATCH, Some(name), Some("scale")) => {
             // PUT replaces the Scale; PATCH patches the current one.
@@ -487,95 +507,13 @@ async fn resource_request(
             };
             let updated = registry
                 .update_with(&target.resource, ns, name, Subresource::Main, query.dry_run()?, |current| {
-                    let scale = change(&scale_of(current))?;
-                    let wanted_rv = nest_registry::meta::meta_str(&scale, "resourceVersion");
-                    if !wanted_rv.is_empty() && wanted_rv != nest_registry::meta::meta_str(current, "resourceVersion") {
-                        return Err(ApiError::conflict(&info, name));
-                    }
-                    let replicas =
-                        scale.get("spec").and_then(|s| s.get("replicas")).and_then(Value::as_i64).ok_or_else(|| {
-                            ApiError::invalid(&info, name, vec![nest_registry::Cause::required("spec.replicas")])
-                        })?;
-                    if replicas < 0 {
-                        return Err(ApiError::invalid(
-                            &info,
-                            name,
-                            vec![nest_registry::Cause::invalid(
-                                "spec.replicas",
-                                format!("Invalid value: {replicas}: must be greater than or equal to 0"),
-                            )],
-                        ));
-                    }
-                    let mut obj = current.clone();
-                    nest_registry::meta::metadata_mut(&mut obj).remove("resourceVersion");
-                    obj["spec"]["replicas"] = json!(replicas);
-                    Ok(obj)
+                    nest_registry::scale::scaled(&info, current, &change(&scale_of(&info, current))?)
                 })
                 .await?;
-            Ok(json_response(StatusCode::OK, &scale_of(&updated)))
+            Ok(json_response(StatusCode::OK, &scale_of(&info, &updated)))
         }
         _ => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
     }
-}
-
-/// A patch body with its type.
-enum Patch {
-    Merge(Value),
-    Json(Value),
-}
-
-fn parse_patch(content_type: &str, bytes: &[u8]) -> Result<Patch> {
-    match content_type {
-        "application/merge-patch+json" => Ok(Patch::Merge(parse_json(bytes)?)),
-        "application/json-patch+json" => Ok(Patch::Json(parse_json(bytes)?)),
-        other => Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format ({other}) - accepted media types include: \
-             application/json-patch+json, application/merge-patch+json (strategic merge patch and server-side \
-             apply are not served yet)"
-        ))),
-    }
-}
-
-fn apply_patch(patch: &Patch, current: &Value) -> Result<Value> {
-    let mut obj = current.clone();
-    match patch {
-        Patch::Merge(p) => merge_patch(&mut obj, p),
-        Patch::Json(p) => json_patch(&mut obj, p).map_err(|e| ApiError {
-            code: 422,
-            reason: "Invalid",
-            ..ApiError::bad_request(format!("the server rejected our request due to an error in our request: {e}"))
-        })?,
-    }
-    if !obj.is_object() {
-        return Err(ApiError::bad_request("the patched object is not a JSON object"));
-    }
-    Ok(obj)
-}
-
-/// `autoscaling/v1` Scale of a workload.
-fn scale_of(obj: &Value) -> Value {
-    let selector = obj
-        .get("spec")
-        .and_then(|s| s.get("selector"))
-        .and_then(|s| s.get("matchLabels"))
-        .and_then(Value::as_object)
-        .map(|labels| {
-            labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(",")
-        })
-        .unwrap_or_default();
-    json!({
-        "kind": "Scale",
-        "apiVersion": "autoscaling/v1",
-        "metadata": {
-            "name": obj["metadata"]["name"],
-            "namespace": obj["metadata"]["namespace"],
-            "uid": obj["metadata"]["uid"],
-            "resourceVersion": obj["metadata"]["resourceVersion"],
-            "creationTimestamp": obj["metadata"]["creationTimestamp"],
-        },
-        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(1)},
-        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
-    })
 }
 
 /// `DeleteOptions` from the body (kubectl sends one without TypeMeta) and the query.
@@ -616,32 +554,6 @@ fn watch_response(events: futures_util::stream::BoxStream<'static, Value>, timeo
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bodies_decode_from_json_or_yaml_and_anything_else_is_refused() {
-        let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: \"1\"\n";
-        let from_yaml = decode_object("application/yaml", yaml).unwrap();
-        assert_eq!(
-            from_yaml,
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "1"}})
-        );
-        assert_eq!(decode_object("application/json", br#"{"a": 1}"#).unwrap(), json!({"a": 1}));
-        assert_eq!(decode_object("application/yaml", b"a: [1, 2").unwrap_err().code, 400);
-        assert_eq!(decode_object("application/json", b"{").unwrap_err().code, 400);
-        assert_eq!(decode_object("application/vnd.kubernetes.protobuf", b"k8s\0").unwrap_err().code, 415);
-    }
-
-    #[test]
-    fn yaml_alias_bombs_and_deep_nesting_are_refused_not_expanded() {
-        let mut bomb = String::from("a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n");
-        for (i, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"].iter().zip(["a", "b", "c", "d", "e", "f", "g", "h"]) {
-            bomb.push_str(&format!("{}: &{} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n", i, i, p = prev));
-        }
-        assert_eq!(decode_object("application/yaml", bomb.as_bytes()).unwrap_err().code, 400);
-        let deep = "[".repeat(100_000);
-        assert_eq!(decode_object("application/yaml", deep.as_bytes()).unwrap_err().code, 400);
-        assert_eq!(decode_object("application/json", deep.as_bytes()).unwrap_err().code, 400);
-    }
 
     #[test]
     fn accept_headers_pick_the_first_form_nest_can_produce() {

@@ -9,6 +9,7 @@
 //! Start with [`serve`]; `docs/ARCHITECTURE.md` draws the path of a request.
 
 pub mod auth;
+pub mod body;
 pub mod certs;
 pub mod discovery;
 pub mod handler;

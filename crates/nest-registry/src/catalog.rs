@@ -19,8 +19,8 @@ pub struct ResourceInfo {
     pub verbs: Vec<String>,
     /// Whether a `/status` subresource exists (then the main endpoint ignores `.status`).
     pub status: bool,
-    /// Whether a `/scale` subresource exists.
-    pub scale: bool,
+    /// Where the `/scale` subresource reads and writes, if there is one.
+    pub scale: Option<ScalePaths>,
     /// The group and plural the objects are stored under, when another resource owns them (events.k8s.io events are
     /// core events).
     pub stored_as: Option<(String, String)>,
@@ -28,6 +28,34 @@ pub struct ResourceInfo {
     pub custom: bool,
     /// A custom resource's structural schema (`openAPIV3Schema`), if its CRD gives one.
     pub schema: Option<Arc<serde_json::Value>>,
+}
+
+/// What a `/scale` subresource exchanges, as JSON paths into the object (`.spec.replicas`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub selector: ScaleSelector,
+}
+
+/// Where a Scale's `status.selector` comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScaleSelector {
+    /// The workload's `spec.selector` label selector, formatted (built-in workloads).
+    SpecSelector,
+    /// A string at this path (a CRD's `labelSelectorPath`).
+    Path(String),
+    None,
+}
+
+impl ScalePaths {
+    fn workload() -> ScalePaths {
+        ScalePaths {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: ".status.replicas".into(),
+            selector: ScaleSelector::SpecSelector,
+        }
+    }
 }
 
 impl ResourceInfo {
@@ -136,10 +164,9 @@ pub fn builtins() -> Vec<Arc<ResourceInfo>> {
                 categories: strings(b.categories),
                 verbs: strings(b.verbs),
                 status: b.status,
-                scale: b.scale,
-                // events.k8s.io/v1 events are core events in another shape; until the conversion exists they are
-                // stored apart.
-                stored_as: None,
+                scale: b.scale.then(ScalePaths::workload),
+                // events.k8s.io/v1 events are core events in another shape (`convert.rs`).
+                stored_as: (b.group == "events.k8s.io").then(|| (String::new(), "events".to_string())),
                 custom: false,
                 schema: None,
             })
@@ -183,7 +210,14 @@ pub fn from_crd(crd: &serde_json::Value) -> Vec<Arc<ResourceInfo>> {
                 categories: list(&names["categories"]),
                 verbs: strings(ALL),
                 status: v["subresources"].get("status").is_some(),
-                scale: v["subresources"].get("scale").is_some(),
+                scale: v["subresources"].get("scale").map(|scale| ScalePaths {
+                    spec_replicas: text(&scale["specReplicasPath"]),
+                    status_replicas: text(&scale["statusReplicasPath"]),
+                    selector: match scale["labelSelectorPath"].as_str() {
+                        Some(path) if !path.is_empty() => ScaleSelector::Path(path.to_string()),
+                        _ => ScaleSelector::None,
+                    },
+                }),
                 stored_as: None,
                 custom: true,
                 schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
@@ -259,7 +293,7 @@ mod tests {
     fn lookups_use_group_version_and_plural() {
         let catalog = Catalog::builtin();
         let deployments = catalog.find("apps", "v1", "deployments").unwrap();
-        assert_eq!((deployments.kind.as_str(), deployments.scale), ("Deployment", true));
+        assert_eq!((deployments.kind.as_str(), deployments.scale.is_some()), ("Deployment", true));
         assert_eq!(deployments.qualified(), "deployments.apps");
         assert!(catalog.find("", "v1", "deployments").is_none());
         let pods = catalog.find("", "v1", "pods").unwrap();

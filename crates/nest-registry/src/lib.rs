@@ -11,16 +11,18 @@
 pub mod base64;
 pub mod cache;
 pub mod catalog;
+pub mod convert;
 pub mod error;
 pub mod ipalloc;
 pub mod meta;
 pub mod patch;
+pub mod scale;
 pub mod schema;
 pub mod selector;
 pub mod store;
 pub mod strategy;
 pub mod validation;
 
-pub use catalog::{Catalog, ResourceInfo};
+pub use catalog::{Catalog, ResourceInfo, ScalePaths, ScaleSelector};
 pub use error::{ApiError, Cause, Result};
 pub use store::{DeleteOptions, ListOptions, Registry, Resource, Subresource};

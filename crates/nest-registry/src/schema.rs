@@ -5,10 +5,33 @@
 //! removes fields the schema does not declare, unless `x-kubernetes-preserve-unknown-fields` keeps them. Defaulting
 //! fills missing properties that declare a `default`. The root's `apiVersion`, `kind` and `metadata` are the API
 //! server's, not the schema's.
+//!
+//! The same code checks built-in kinds against their OpenAPI schemas ([`nest_openapi`]), with the rules of Go's JSON
+//! decoding instead of a structural schema's: `$ref`s are followed, `null` is a zero value, an object schema without
+//! properties is free-form, and `required` and value constraints are left to the kind's own validation.
 
+use nest_openapi::KindSchema;
 use serde_json::{Map, Value};
 
 use crate::error::Cause;
+
+/// How a schema is applied.
+#[derive(Clone, Copy)]
+struct Rules<'a> {
+    /// The kind whose definitions `$ref`s name, for a built-in; `None` for a custom resource's structural schema.
+    builtin: Option<&'a KindSchema>,
+}
+
+impl<'a> Rules<'a> {
+    const STRUCTURAL: Rules<'static> = Rules { builtin: None };
+
+    fn resolve(self, schema: &'a Value) -> &'a Value {
+        match self.builtin {
+            Some(kind) => kind.resolve(schema),
+            None => schema,
+        }
+    }
+}
 
 /// The JSON type name Kubernetes messages use for a value.
 fn type_name(value: &Value) -> &'static str {
@@ -40,7 +63,30 @@ fn flag(schema: &Value, name: &str) -> bool {
 
 /// Checks `value` against `schema`, adding a cause per problem. `path` is the value's field path ("" at the root).
 pub fn validate(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+    check(Rules::STRUCTURAL, schema, value, path, causes)
+}
+
+/// Checks a built-in object's field types against its kind's schema, as decoding it in kube-apiserver would.
+pub fn validate_builtin(kind: &KindSchema, value: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    check(Rules { builtin: Some(kind) }, &kind.root, value, "", &mut causes);
+    causes
+}
+
+/// Removes the fields a built-in kind does not have, returning their paths.
+pub fn prune_builtin(kind: &KindSchema, value: &mut Value) -> Vec<String> {
+    let mut pruned = Vec::new();
+    prune_with(Rules { builtin: Some(kind) }, &kind.root, value, true, "", &mut pruned);
+    pruned
+}
+
+fn check(rules: Rules<'_>, schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let schema = rules.resolve(schema);
     let invalid = |causes: &mut Vec<Cause>, message: String| causes.push(Cause::invalid(path, message));
+    if rules.builtin.is_some() {
+        check_decoding(rules, schema, value, path, causes);
+        return;
+    }
     if value.is_null() {
         if !flag(schema, "nullable") && (schema.get("type").is_some() || flag(schema, "x-kubernetes-int-or-string")) {
             let wanted = schema.get("type").and_then(Value::as_str).unwrap_or("integer or string");
@@ -134,16 +180,79 @@ pub fn validate(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Caus
             }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    validate(item_schema, item, &format!("{path}[{i}]"), causes);
+                    check(rules, item_schema, item, &format!("{path}[{i}]"), causes);
                 }
             }
         }
-        Value::Object(map) => validate_object(schema, map, path, causes),
+        Value::Object(map) => validate_object(rules, schema, map, path, causes),
         _ => {}
     }
 }
 
-fn validate_object(schema: &Value, map: &Map<String, Value>, path: &str, causes: &mut Vec<Cause>) {
+/// A built-in's value as Go's JSON decoder sees it: only the types matter; `null` is always a zero value.
+fn check_decoding(rules: Rules<'_>, schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+    if value.is_null() {
+        return;
+    }
+    let actual = type_name(value);
+    let wanted = if flag(schema, nest_openapi::QUANTITY) {
+        Some((matches!(actual, "string" | "integer" | "number"), "quantity (string or number)"))
+    } else if flag(schema, "x-kubernetes-int-or-string") {
+        Some((matches!(actual, "string" | "integer"), "integer or string"))
+    } else {
+        schema
+            .get("type")
+            .and_then(Value::as_str)
+            .map(|wanted| (actual == wanted || (wanted == "number" && actual == "integer"), wanted))
+    };
+    if let Some((false, wanted)) = wanted {
+        let message = format!("Invalid value: {}: must be of type {wanted}", shown_short(value));
+        causes.push(Cause { reason: "FieldValueTypeInvalid", message, field: path.into() });
+        return;
+    }
+    if let Value::String(s) = value
+        && schema.get("format").and_then(Value::as_str) == Some("byte")
+        && crate::base64::decode(s).is_none()
+    {
+        causes.push(Cause::invalid(path, "Invalid value: must be base64-encoded data"));
+    }
+    match value {
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check(rules, item_schema, item, &format!("{path}[{i}]"), causes);
+                }
+            }
+        }
+        Value::Object(map) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, child) in map {
+                match (properties.and_then(|p| p.get(key)), additional) {
+                    (Some(child_schema), _) | (None, Some(child_schema)) => {
+                        check(rules, child_schema, child, &join(path, key), causes)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A value for a message, cut short.
+fn shown_short(value: &Value) -> String {
+    match value {
+        Value::Array(_) => "array".into(),
+        Value::Object(_) => "object".into(),
+        other => {
+            let text = shown(other);
+            if text.chars().count() > 64 { format!("{}…", text.chars().take(64).collect::<String>()) } else { text }
+        }
+    }
+}
+
+fn validate_object(rules: Rules<'_>, schema: &Value, map: &Map<String, Value>, path: &str, causes: &mut Vec<Cause>) {
     let root = path.is_empty();
     if flag(schema, "x-kubernetes-embedded-resource") {
         for field in ["apiVersion", "kind"] {
@@ -164,15 +273,23 @@ fn validate_object(schema: &Value, map: &Map<String, Value>, path: &str, causes:
         }
         let child_path = join(path, key);
         match (properties.and_then(|p| p.get(key)), schema.get("additionalProperties")) {
-            (Some(child_schema), _) => validate(child_schema, child, &child_path, causes),
-            (None, Some(additional)) if additional.is_object() => validate(additional, child, &child_path, causes),
+            (Some(child_schema), _) => check(rules, child_schema, child, &child_path, causes),
+            (None, Some(additional)) if additional.is_object() => check(rules, additional, child, &child_path, causes),
             _ => {}
         }
     }
 }
 
-/// Removes fields `schema` does not declare, except below `x-kubernetes-preserve-unknown-fields`.
-pub fn prune(schema: &Value, value: &mut Value, root: bool) {
+/// Removes fields `schema` does not declare, except below `x-kubernetes-preserve-unknown-fields`; returns their
+/// paths.
+pub fn prune(schema: &Value, value: &mut Value, root: bool) -> Vec<String> {
+    let mut pruned = Vec::new();
+    prune_with(Rules::STRUCTURAL, schema, value, root, "", &mut pruned);
+    pruned
+}
+
+fn prune_with(rules: Rules<'_>, schema: &Value, value: &mut Value, root: bool, path: &str, pruned: &mut Vec<String>) {
+    let schema = rules.resolve(schema);
     if flag(schema, "x-kubernetes-preserve-unknown-fields") && schema.get("properties").is_none() {
         return;
     }
@@ -182,30 +299,40 @@ pub fn prune(schema: &Value, value: &mut Value, root: bool) {
             let embedded = flag(schema, "x-kubernetes-embedded-resource");
             let properties = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            // Built-in objects without declared fields (FieldsV1, RawExtension) hold anything.
+            let free_form = rules.builtin.is_some() && properties.is_none();
             map.retain(|key, child| {
-                if (root || embedded) && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                let declared = properties.and_then(|p| p.get(key));
+                // Type and object metadata belong to the API server; a built-in's schema describes them, a custom
+                // resource's does not.
+                if (root || embedded)
+                    && matches!(key.as_str(), "apiVersion" | "kind" | "metadata")
+                    && (rules.builtin.is_none() || declared.is_none())
+                {
                     return true;
                 }
-                match (properties.and_then(|p| p.get(key)), additional) {
-                    (Some(child_schema), _) => {
-                        prune(child_schema, child, false);
-                        true
-                    }
-                    (None, Some(additional)) => {
-                        prune(additional, child, false);
+                let child_path = join(path, key);
+                match (declared, additional) {
+                    (Some(child_schema), _) | (None, Some(child_schema)) => {
+                        prune_with(rules, child_schema, child, false, &child_path, pruned);
                         true
                     }
                     _ => {
-                        preserve
-                            || (properties.is_none() && schema.get("additionalProperties") == Some(&Value::Bool(true)))
+                        let keep = preserve
+                            || free_form
+                            || (properties.is_none() && schema.get("additionalProperties") == Some(&Value::Bool(true)));
+                        if !keep {
+                            pruned.push(child_path);
+                        }
+                        keep
                     }
                 }
             });
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for item in items {
-                    prune(item_schema, item, false);
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune_with(rules, item_schema, item, false, &format!("{path}[{i}]"), pruned);
                 }
             }
         }

@@ -167,6 +167,10 @@ impl FieldSelector {
         Ok(FieldSelector { requirements })
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
     /// Whether the object's field values (looked up by `value_of`) satisfy every requirement.
     pub fn matches(&self, value_of: impl Fn(&str) -> String) -> bool {
         self.requirements.iter().all(|r| (value_of(&r.field) == r.value) == r.equal)

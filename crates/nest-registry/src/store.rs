@@ -30,12 +30,44 @@ const LIST_PAGE: usize = 500;
 pub struct Resource {
     pub info: Arc<ResourceInfo>,
     pub strategy: Box<dyn Strategy>,
+    /// A built-in kind's OpenAPI schema, which every body is decoded against.
+    pub schema: Option<Arc<nest_openapi::KindSchema>>,
 }
 
 impl Resource {
     pub fn new(info: Arc<ResourceInfo>) -> Resource {
         let strategy = strategy::for_resource(&info);
-        Resource { info, strategy }
+        let schema = if info.custom { None } else { nest_openapi::kind_schema(&info.group, &info.version, &info.kind) };
+        Resource { info, strategy, schema }
+    }
+
+    /// Decodes a request body as kube-apiserver decodes it into the kind's Go type: a field of the wrong type is a
+    /// 400 naming the field, and fields the kind does not have are dropped (returned, for `fieldValidation`).
+    pub fn decode(&self, obj: &mut Value) -> Result<Vec<String>> {
+        let Some(schema) = &self.schema else { return Ok(Vec::new()) };
+        let causes = crate::schema::validate_builtin(schema, obj);
+        if let Some(first) = causes.first() {
+            let kind = &self.info.kind;
+            let mut error = ApiError::bad_request(format!(
+                "{kind} in version \"{}\" cannot be handled as a {kind}: {}: {}",
+                self.info.version, first.field, first.message
+            ));
+            error.details.kind = Some(self.info.plural.clone());
+            error.details.causes = causes;
+            return Err(error);
+        }
+        Ok(crate::schema::prune_builtin(schema, obj))
+    }
+
+    /// The fields of `obj` that the kind does not have (for a custom resource, that its schema does not declare), as
+    /// `fieldValidation=Strict|Warn` reports them.
+    pub fn unknown_fields(&self, obj: &Value) -> Vec<String> {
+        let mut copy = obj.clone();
+        match (&self.schema, &self.info.schema) {
+            (Some(schema), _) => crate::schema::prune_builtin(schema, &mut copy),
+            (None, Some(schema)) => crate::schema::prune(schema, &mut copy, true),
+            (None, None) => Vec::new(),
+        }
     }
 }
 
@@ -108,6 +140,14 @@ impl Filter {
     fn matches(&self, obj: &Value) -> bool {
         (self.labels.is_empty() || self.labels.matches(&meta::labels(obj)))
             && self.fields.matches(|field| meta::path_str(obj, field))
+    }
+
+    /// Matches a cached (stored-shape) object as `info` serves it.
+    fn matches_cached(&self, info: &ResourceInfo, obj: &Value) -> bool {
+        if crate::convert::converts(info) && !self.fields.is_empty() {
+            return self.matches(&Registry::present(info, obj));
+        }
+        self.matches(obj)
     }
 }
 
@@ -291,6 +331,7 @@ impl Registry {
         let mut obj: Value = serde_json::from_slice(bytes)
             .map_err(|e| ApiError::internal(format!("stored {} is not JSON: {e}", info.qualified())))?;
         meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(revision.0.to_string()));
+        crate::convert::from_storage(info, &mut obj);
         // Defaults added to a schema after an object was written apply when it is read, as in kube-apiserver.
         if let Some(schema) = &info.schema {
             crate::schema::default(schema, &mut obj);
@@ -298,9 +339,10 @@ impl Registry {
         Ok(obj)
     }
 
-    fn encode(obj: &Value) -> Result<Bytes> {
+    fn encode(info: &ResourceInfo, obj: &Value) -> Result<Bytes> {
         let mut obj = obj.clone();
         meta::metadata_mut(&mut obj).remove("resourceVersion");
+        crate::convert::to_storage(info, &mut obj);
         serde_json::to_vec(&obj).map(Bytes::from).map_err(|e| ApiError::internal(e.to_string()))
     }
 
@@ -333,7 +375,9 @@ impl Registry {
     ) -> Result<Bytes> {
         Ok(match self.list_any(resource, namespace, options).await? {
             Listed::Stored(list) => Bytes::from(list.to_string()),
-            Listed::Cached(list) if list.info.schema.is_some() => Bytes::from(list.to_value().to_string()),
+            Listed::Cached(list) if list.info.custom || crate::convert::converts(&list.info) => {
+                Bytes::from(list.to_value().to_string())
+            }
             Listed::Cached(list) => list.to_json(),
         })
     }
@@ -379,9 +423,10 @@ impl Registry {
         }
     }
 
-    /// A cached object as served: a copy, with schema defaults applied as on every read.
+    /// A cached object as served: a copy in the resource's shape, with schema defaults applied as on every read.
     fn present(info: &ResourceInfo, obj: &Value) -> Value {
         let mut obj = obj.clone();
+        crate::convert::from_storage(info, &mut obj);
         if let Some(schema) = &info.schema {
             crate::schema::default(schema, &mut obj);
         }
@@ -559,6 +604,7 @@ impl Registry {
         let info = &resource.info;
         Self::check_identity(resource, namespace, &body)?;
         let mut obj = body;
+        resource.decode(&mut obj)?;
         obj["apiVersion"] = json!(info.api_version());
         obj["kind"] = json!(info.kind);
         let generate = meta::meta_str(&obj, "generateName").to_string();
@@ -639,7 +685,7 @@ impl Registry {
                 }
                 return Ok(obj);
             }
-            match self.store.create(key.as_bytes(), Self::encode(&obj)?).await {
+            match self.store.create(key.as_bytes(), Self::encode(info, &obj)?).await {
                 Ok(item) => {
                     self.after_write(info).await;
                     return Self::decode(info, &item);
@@ -708,6 +754,8 @@ impl Registry {
         if !wanted_rv.is_empty() && wanted_rv != current.0.to_string() {
             return Err(ApiError::conflict(info, name));
         }
+        let mut body = body;
+        resource.decode(&mut body)?;
         let mut obj = self.merge_update(resource, old, body, subresource)?;
         let causes = resource.strategy.validate_update(&obj, old);
         if !causes.is_empty() {
@@ -736,14 +784,14 @@ impl Registry {
                 Ok(deleted) => {
                     self.after_remove(info, &obj).await;
                     self.after_write(info).await;
-                    Self::decode_at(info, &Self::encode(&obj)?, deleted.revision)
+                    Self::decode_at(info, &Self::encode(info, &obj)?, deleted.revision)
                 }
                 Err(nest_storage::Error::Conflict { .. }) => Err(ApiError::conflict(info, name)),
                 Err(nest_storage::Error::NotFound { .. }) => Err(ApiError::not_found(info, name)),
                 Err(e) => Err(e.into()),
             };
         }
-        match self.store.update(key.as_bytes(), Self::encode(&obj)?, expected).await {
+        match self.store.update(key.as_bytes(), Self::encode(info, &obj)?, expected).await {
             Ok(item) => {
                 self.after_write(info).await;
                 Self::decode(info, &item)
@@ -932,7 +980,7 @@ impl Registry {
                     Ok(deleted) => {
                         self.after_remove(info, &obj).await;
                         self.after_write(info).await;
-                        Self::decode_at(info, &Self::encode(&obj)?, deleted.revision)
+                        Self::decode_at(info, &Self::encode(info, &obj)?, deleted.revision)
                     }
                     Err(nest_storage::Error::Conflict { .. }) => continue,
                     Err(nest_storage::Error::NotFound { .. }) => Err(ApiError::not_found(info, name)),
@@ -957,7 +1005,7 @@ impl Registry {
             if options.dry_run {
                 return Ok(obj);
             }
-            match self.store.update(key.as_bytes(), Self::encode(&obj)?, current.mod_revision).await {
+            match self.store.update(key.as_bytes(), Self::encode(info, &obj)?, current.mod_revision).await {
                 Ok(item) => return Self::decode(info, &item),
                 Err(nest_storage::Error::Conflict { .. }) => continue,
                 Err(nest_storage::Error::NotFound { .. }) => return Err(ApiError::not_found(info, name)),
@@ -1174,7 +1222,7 @@ impl CachedList {
         let mut last_key = None;
         let mut more = false;
         for (key, obj) in snapshot.items {
-            if !filter.matches(&obj) {
+            if !filter.matches_cached(&info, &obj) {
                 continue;
             }
             if limit.is_some_and(|l| items.len() >= l) {
@@ -1254,7 +1302,7 @@ impl CachedWatch {
         let initial: Vec<Value> = subscription
             .initial
             .iter()
-            .filter(|(_, obj)| filter.matches(obj))
+            .filter(|(_, obj)| filter.matches_cached(&info, obj))
             .map(|(_, obj)| json!({"type": "ADDED", "object": Registry::present(&info, obj)}))
             .collect();
         let state = CachedWatch {
@@ -1320,8 +1368,8 @@ impl CachedWatch {
     }
 
     fn translate(&self, change: &Change) -> Option<WatchEvent> {
-        let now = self.filter.matches(&change.object);
-        let before = change.prev.as_ref().is_some_and(|prev| self.filter.matches(prev));
+        let now = self.filter.matches_cached(&self.info, &change.object);
+        let before = change.prev.as_ref().is_some_and(|prev| self.filter.matches_cached(&self.info, prev));
         let (kind, obj) = match (change.kind, before, now) {
             (ChangeKind::Added, _, true) => ("ADDED", Registry::present(&self.info, &change.object)),
             (ChangeKind::Deleted, _, true) => ("DELETED", Registry::present(&self.info, &change.object)),

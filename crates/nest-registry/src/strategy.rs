@@ -184,8 +184,11 @@ fn default_container(c: &mut Value) {
     }
 }
 
-/// Events: the `involvedObject.*` field selectors `kubectl describe` uses.
-pub struct Event;
+/// Events: the `involvedObject.*` field selectors `kubectl describe` uses (`regarding.*` in `events.k8s.io`).
+pub struct Event {
+    /// Served as `events.k8s.io/v1` (`crate::convert`).
+    pub events_v1: bool,
+}
 
 impl Strategy for Event {
     fn validate_name(&self, name: &str) -> Result<(), String> {
@@ -193,6 +196,20 @@ impl Strategy for Event {
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {
+        if self.events_v1 {
+            return &[
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "regarding.apiVersion",
+                "regarding.resourceVersion",
+                "regarding.fieldPath",
+                "reason",
+                "reportingController",
+                "type",
+            ];
+        }
         &[
             "involvedObject.kind",
             "involvedObject.namespace",
@@ -500,7 +517,8 @@ pub fn for_resource(info: &crate::catalog::ResourceInfo) -> Box<dyn Strategy> {
         ("apps", "statefulsets") => Box::new(Workload { kind: "StatefulSet" }),
         ("apps", "daemonsets") => Box::new(Workload { kind: "DaemonSet" }),
         ("batch", "jobs") => Box::new(Workload { kind: "Job" }),
-        ("", "events") | ("events.k8s.io", "events") => Box::new(Event),
+        ("", "events") => Box::new(Event { events_v1: false }),
+        ("events.k8s.io", "events") => Box::new(Event { events_v1: true }),
         ("rbac.authorization.k8s.io", _) => Box::new(PathSegmentNames),
         ("apiextensions.k8s.io", "customresourcedefinitions") => Box::new(CustomResourceDefinition),
         _ => Box::new(Default),

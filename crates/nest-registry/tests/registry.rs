@@ -321,3 +321,97 @@ async fn services_get_distinct_cluster_ips_that_are_freed_on_delete() {
     let outside = registry.create(&services, "ns", svc("far", Some("192.168.0.1")), false).await.unwrap_err();
     assert!(outside.message.contains("not in the valid range"));
 }
+
+#[tokio::test]
+async fn built_in_bodies_are_decoded_against_their_kind() {
+    let f = Fixture::new().await;
+    let deployments = f.r("apps", "deployments");
+    let deployment = |replicas: Value, extra: Value| {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "creationTimestamp": null},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{
+                        "name": "web", "image": "nginx", "bogus": extra,
+                        "resources": {"limits": {"cpu": 0.5, "memory": "64Mi"}, "requests": {"cpu": 1}},
+                        "ports": [{"containerPort": 80}],
+                    }]},
+                },
+            },
+        })
+    };
+
+    let wrong = f.registry.create(&deployments, "ns", deployment(json!("three"), json!(1)), false).await;
+    let wrong = wrong.unwrap_err();
+    assert_eq!((wrong.code, wrong.reason), (400, "BadRequest"));
+    assert!(wrong.message.contains("spec.replicas"), "{}", wrong.message);
+    assert!(wrong.message.starts_with("Deployment in version \"v1\" cannot be handled as a Deployment"));
+
+    let port = deployment(json!(2), json!(1));
+    let mut bad_port = port.clone();
+    bad_port["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = json!("80");
+    let wrong = f.registry.create(&deployments, "ns", bad_port, false).await.unwrap_err();
+    assert_eq!(wrong.details.causes[0].field, "spec.template.spec.containers[0].ports[0].containerPort");
+
+    // Quantities may be numbers, `null` is a zero value, and fields the kind does not have are dropped.
+    let created = f.registry.create(&deployments, "ns", port, false).await.unwrap();
+    let container = &created["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["resources"]["limits"]["cpu"], 0.5);
+    assert!(container.get("bogus").is_none(), "unknown fields are not stored: {container}");
+    assert_eq!(created["spec"]["replicas"], 2);
+
+    let mut update = created.clone();
+    update["spec"]["paused"] = json!("yes");
+    let wrong = f.registry.update(&deployments, "ns", "web", update, Subresource::Main, false).await.unwrap_err();
+    assert_eq!((wrong.code, wrong.details.causes[0].field.as_str()), (400, "spec.paused"));
+
+    let secrets = f.r("", "secrets");
+    let secret = json!({"metadata": {"name": "s"}, "data": {"key": "not base64!"}});
+    let wrong = f.registry.create(&secrets, "ns", secret, false).await.unwrap_err();
+    assert_eq!((wrong.code, wrong.details.causes[0].field.as_str()), (400, "data.key"));
+    let labels = json!({"metadata": {"name": "s", "labels": {"a": 1}}});
+    let wrong = f.registry.create(&secrets, "ns", labels, false).await.unwrap_err();
+    assert_eq!((wrong.code, wrong.details.causes[0].field.as_str()), (400, "metadata.labels.a"));
+}
+
+#[tokio::test]
+async fn events_k8s_io_serves_the_core_events_in_its_shape() {
+    let f = Fixture::new().await;
+    let (core, v1) = (f.r("", "events"), f.registry.resource("events.k8s.io", "v1", "events").unwrap());
+    let mut watch = f.registry.watch(&v1, Some("ns"), &ListOptions::default(), None).await.unwrap();
+    let body = json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "pulled"},
+        "eventTime": "2026-11-29T10:00:00.000000Z", "reportingController": "kubelet", "reportingInstance": "node-1",
+        "action": "Pull", "reason": "Pulled", "type": "Normal", "note": "image pulled",
+        "regarding": {"kind": "Pod", "name": "web", "namespace": "ns"},
+    });
+    let created = f.registry.create(&v1, "ns", body, false).await.unwrap();
+    assert_eq!(
+        (created["note"].as_str(), created["apiVersion"].as_str()),
+        (Some("image pulled"), Some("events.k8s.io/v1"))
+    );
+
+    let seen = f.registry.get(&core, "ns", "pulled").await.unwrap();
+    assert_eq!(seen["apiVersion"], "v1");
+    assert_eq!(
+        (seen["message"].as_str(), seen["involvedObject"]["name"].as_str()),
+        (Some("image pulled"), Some("web"))
+    );
+    assert_eq!(seen["reportingComponent"], "kubelet");
+    assert!(seen.get("regarding").is_none() && seen.get("note").is_none(), "{seen}");
+
+    let by_object = ListOptions { field_selector: Some("involvedObject.name=web".into()), ..Default::default() };
+    let listed = f.registry.list(&core, Some("ns"), &by_object).await.unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    let by_regarding = ListOptions { field_selector: Some("regarding.name=web".into()), ..Default::default() };
+    let listed = f.registry.list(&v1, Some("ns"), &by_regarding).await.unwrap();
+    assert_eq!(listed["items"][0]["regarding"]["kind"], "Pod");
+
+    let event = tokio::time::timeout(Duration::from_secs(10), watch.next()).await.unwrap().unwrap();
+    assert_eq!((event["type"].as_str(), event["object"]["note"].as_str()), (Some("ADDED"), Some("image pulled")));
+    assert_eq!(event["object"]["apiVersion"], "events.k8s.io/v1");
+}

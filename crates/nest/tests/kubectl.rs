@@ -1,7 +1,7 @@
 //! Black-box tests: a real `nest apiserver` on 127.0.0.1:0, driven by the machine's kubectl (the versioned binary,
 //! with a fresh KUBECACHEDIR), on every storage backend.
 //!
-//! Known gap, tested as such: kubectl's generator commands (`kubectl create namespace|configmap|…`) send protobuf
+//! Known gap: kubectl's generator commands (`kubectl create namespace|configmap|…`) send protobuf
 //! bodies, which nest does not decode yet; everything here creates objects from manifests (`create -f`), which
 //! kubectl sends as JSON.
 
@@ -254,7 +254,9 @@ spec:
   - name: v1
     served: true
     storage: true
-    subresources: {status: {}}
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.size, statusReplicasPath: .status.replicas, labelSelectorPath: .status.selector}
     schema:
       openAPIV3Schema:
         type: object
@@ -292,6 +294,20 @@ fn kubectl_custom_resource_definitions_come_and_go() {
         assert!(invalid.contains("spec.size") && invalid.contains("spec.mode"), "{backend}: {invalid}");
         server.ok(&["patch", "widget", "w1", "--type=merge", "-p", r#"{"spec":{"size":4}}"#]);
         assert_eq!(server.ok(&["get", "widgets.example.com", "w1", "-o", "jsonpath={.spec.size}"]), "4");
+
+        // The scale subresource reads and writes the paths the definition names, and the schema still applies.
+        server.ok(&["scale", "widget", "w1", "--replicas=6"]);
+        assert_eq!(server.ok(&["get", "widget", "w1", "-o", "jsonpath={.spec.size}"]), "6", "{backend}");
+        let scale: Value = serde_json::from_str(&server.ok(&[
+            "get",
+            "--raw",
+            "/apis/example.com/v1/namespaces/default/widgets/w1/scale",
+        ]))
+        .unwrap();
+        assert_eq!((scale["kind"].as_str(), scale["spec"]["replicas"].as_i64()), (Some("Scale"), Some(6)));
+        let below_minimum = server.kubectl(&["scale", "widget", "w1", "--replicas=0"]);
+        let stderr = String::from_utf8_lossy(&below_minimum.stderr);
+        assert!(!below_minimum.status.success() && stderr.contains("spec.size"), "{backend}: {stderr}");
 
         // Deleting the definition removes its objects and its endpoints.
         server.ok(&["delete", "crd", "widgets.example.com"]);
@@ -349,4 +365,31 @@ fn two_servers_sharing_etcd_serve_each_others_custom_resources() {
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: shared, namespace: default}\nspec: {size: 2}\n",
     );
     assert_eq!(a.ok(&["get", "wd", "shared", "-o", "jsonpath={.spec.mode}"]), "fast");
+}
+
+#[test]
+fn built_in_objects_are_decoded_against_their_schema() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        let refused = server.create_refused(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: three\n  \
+             selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    \
+             spec: {containers: [{name: web, image: nginx}]}\n",
+        );
+        assert!(refused.contains("BadRequest") && refused.contains("spec.replicas"), "{backend}: {refused}");
+
+        // Fields the kind does not have: refused with fieldValidation=Strict, else a warning, and never stored.
+        let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":{"a":"b"},"colour":"blue"}"#;
+        let path = "/api/v1/namespaces/default/configmaps";
+        let strict = server
+            .kubectl_with_input(&["create", "--raw", &format!("{path}?fieldValidation=Strict"), "-f", "-"], Some(body));
+        let stderr = String::from_utf8_lossy(&strict.stderr);
+        assert!(!strict.status.success() && stderr.contains(r#"unknown field "colour""#), "{backend}: {stderr}");
+        let warned = server.kubectl_with_input(&["create", "--raw", path, "-f", "-"], Some(body));
+        let stderr = String::from_utf8_lossy(&warned.stderr);
+        assert!(warned.status.success(), "{backend}: {stderr}");
+        assert!(stderr.contains(r#"Warning: unknown field "colour""#), "{backend}: {stderr}");
+        let stored = server.json(&["get", "configmap", "x"]);
+        assert!(stored.get("colour").is_none() && stored["data"]["a"] == "b", "{backend}: {stored}");
+    }
 }

@@ -1,0 +1,95 @@
+//! Request bodies: objects in JSON or YAML, and patches. Everything a client sends passes through here before the
+//! registry sees it; every failure is a 4xx [`ApiError`]. `fuzz/` feeds these functions arbitrary input.
+
+use nest_registry::patch::{json_patch, merge_patch};
+use nest_registry::{ApiError, Result};
+use serde_json::Value;
+
+/// Parses a JSON body.
+pub fn parse_json(bytes: &[u8]) -> Result<Value> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// Decodes an object body: JSON or YAML (protobuf is not served yet).
+pub fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
+    match content_type {
+        "" | "application/json" | "*/*" => parse_json(bytes),
+        "application/yaml" => {
+            let value: Value = serde_norway::from_slice(bytes)
+                .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?;
+            Ok(value)
+        }
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({other}) - accepted media types include: \
+             application/json, application/yaml"
+        ))),
+    }
+}
+
+/// A patch body with its type.
+pub enum Patch {
+    Merge(Value),
+    Json(Value),
+}
+
+/// Reads a patch body of the given content type.
+pub fn parse_patch(content_type: &str, bytes: &[u8]) -> Result<Patch> {
+    match content_type {
+        "application/merge-patch+json" => Ok(Patch::Merge(parse_json(bytes)?)),
+        "application/json-patch+json" => Ok(Patch::Json(parse_json(bytes)?)),
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({other}) - accepted media types include: \
+             application/json-patch+json, application/merge-patch+json (strategic merge patch and server-side \
+             apply are not served yet)"
+        ))),
+    }
+}
+
+/// Applies a patch to the current object; the result must still be an object.
+pub fn apply_patch(patch: &Patch, current: &Value) -> Result<Value> {
+    let mut obj = current.clone();
+    match patch {
+        Patch::Merge(p) => merge_patch(&mut obj, p),
+        Patch::Json(p) => json_patch(&mut obj, p).map_err(|e| ApiError {
+            code: 422,
+            reason: "Invalid",
+            ..ApiError::bad_request(format!("the server rejected our request due to an error in our request: {e}"))
+        })?,
+    }
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the patched object is not a JSON object"));
+    }
+    Ok(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn bodies_decode_from_json_or_yaml_and_anything_else_is_refused() {
+        let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: \"1\"\n";
+        let from_yaml = decode_object("application/yaml", yaml).unwrap();
+        assert_eq!(
+            from_yaml,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "1"}})
+        );
+        assert_eq!(decode_object("application/json", br#"{"a": 1}"#).unwrap(), json!({"a": 1}));
+        assert_eq!(decode_object("application/yaml", b"a: [1, 2").unwrap_err().code, 400);
+        assert_eq!(decode_object("application/json", b"{").unwrap_err().code, 400);
+        assert_eq!(decode_object("application/vnd.kubernetes.protobuf", b"k8s\0").unwrap_err().code, 415);
+    }
+
+    #[test]
+    fn yaml_alias_bombs_and_deep_nesting_are_refused_not_expanded() {
+        let mut bomb = String::from("a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n");
+        for (i, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"].iter().zip(["a", "b", "c", "d", "e", "f", "g", "h"]) {
+            bomb.push_str(&format!("{}: &{} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n", i, i, p = prev));
+        }
+        assert_eq!(decode_object("application/yaml", bomb.as_bytes()).unwrap_err().code, 400);
+        let deep = "[".repeat(100_000);
+        assert_eq!(decode_object("application/yaml", deep.as_bytes()).unwrap_err().code, 400);
+        assert_eq!(decode_object("application/json", deep.as_bytes()).unwrap_err().code, 400);
+    }
+}

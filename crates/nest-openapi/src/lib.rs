@@ -1,0 +1,198 @@
+//! The OpenAPI v3 schemas of the built-in kinds nest serves, as Kubernetes 1.33 publishes them.
+//!
+//! They are not written here: [k8s-openapi](https://docs.rs/k8s-openapi) generates Rust types, with their JSON
+//! schemas, from the Kubernetes OpenAPI document, and [`kind_schema`] asks [`schemars`] for the schema of one kind's
+//! type and every definition it references. The registry checks request bodies against them (types, unknown fields);
+//! `/openapi/v3` can serve them.
+//!
+//! A kind's schema is generated the first time it is asked for and kept. Descriptions are dropped (they are most of
+//! the document and validation has no use for them).
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use k8s_openapi::Resource;
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde_json::{Map, Value};
+
+/// Where references point: `{"$ref": "#/components/schemas/<name>"}`.
+pub const REF_PREFIX: &str = "#/components/schemas/";
+
+/// The schema of `resource.Quantity` is replaced by `{"x-nest-quantity": true}`: Kubernetes decodes a quantity from a
+/// string or from any JSON number (`cpu: 0.5`), which no OpenAPI type says.
+pub const QUANTITY: &str = "x-nest-quantity";
+
+/// A CRD schema's `default`, `example` and `enum` values: any JSON value.
+const ANY_JSON: &str = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON";
+
+/// One kind's schema: the root (a reference into `definitions`) and every definition reachable from it.
+#[derive(Debug)]
+pub struct KindSchema {
+    pub root: Value,
+    pub definitions: Map<String, Value>,
+}
+
+impl KindSchema {
+    /// Follows `schema`'s `$ref`, if it has one, to the definition it names.
+    pub fn resolve<'a>(&'a self, schema: &'a Value) -> &'a Value {
+        let mut schema = schema;
+        // Definitions may be references themselves; a bound keeps a malformed cycle from looping.
+        for _ in 0..8 {
+            match schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix(REF_PREFIX)) {
+                Some(name) => match self.definitions.get(name) {
+                    Some(target) => schema = target,
+                    None => break,
+                },
+                None => break,
+            }
+        }
+        schema
+    }
+}
+
+type Generate = fn() -> KindSchema;
+
+macro_rules! kinds {
+    ($($ty:ty),* $(,)?) => {
+        /// `(group, version, kind)` of every kind with a schema, and how to generate it.
+        const KINDS: &[(&str, &str, &str, Generate)] = &[
+            $((<$ty as Resource>::GROUP, <$ty as Resource>::VERSION, <$ty as Resource>::KIND, generate::<$ty>),)*
+        ];
+    };
+}
+
+use k8s_openapi::api::{
+    apps, batch, coordination, core, discovery, events, networking, policy, rbac, scheduling, storage,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+
+kinds!(
+    core::v1::Namespace,
+    core::v1::Pod,
+    core::v1::Service,
+    core::v1::Endpoints,
+    core::v1::ConfigMap,
+    core::v1::Secret,
+    core::v1::ServiceAccount,
+    core::v1::Event,
+    core::v1::Node,
+    core::v1::PersistentVolumeClaim,
+    core::v1::PersistentVolume,
+    core::v1::ResourceQuota,
+    core::v1::LimitRange,
+    apps::v1::Deployment,
+    apps::v1::ReplicaSet,
+    apps::v1::StatefulSet,
+    apps::v1::DaemonSet,
+    batch::v1::Job,
+    batch::v1::CronJob,
+    coordination::v1::Lease,
+    rbac::v1::Role,
+    rbac::v1::RoleBinding,
+    rbac::v1::ClusterRole,
+    rbac::v1::ClusterRoleBinding,
+    apiextensions::v1::CustomResourceDefinition,
+    discovery::v1::EndpointSlice,
+    networking::v1::Ingress,
+    networking::v1::IngressClass,
+    networking::v1::NetworkPolicy,
+    storage::v1::StorageClass,
+    events::v1::Event,
+    policy::v1::PodDisruptionBudget,
+    scheduling::v1::PriorityClass,
+    k8s_openapi::api::autoscaling::v1::Scale,
+);
+
+/// `(group, version, kind)`.
+type Gvk = (&'static str, &'static str, &'static str);
+
+static GENERATED: LazyLock<Mutex<HashMap<Gvk, Arc<KindSchema>>>> = LazyLock::new(Mutex::default);
+
+/// The schema of `group/version, Kind=kind` (`group` empty for the core group), if it is a built-in kind nest knows.
+pub fn kind_schema(group: &str, version: &str, kind: &str) -> Option<Arc<KindSchema>> {
+    let &(g, v, k, generate) = KINDS.iter().find(|(g, v, k, _)| *g == group && *v == version && *k == kind)?;
+    let mut generated = GENERATED.lock().unwrap_or_else(|p| p.into_inner());
+    Some(generated.entry((g, v, k)).or_insert_with(|| Arc::new(generate())).clone())
+}
+
+/// Every `(group, version, kind)` [`kind_schema`] knows.
+pub fn kinds() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    KINDS.iter().map(|&(g, v, k, _)| (g, v, k))
+}
+
+fn generate<T: JsonSchema>() -> KindSchema {
+    let mut generator = SchemaSettings::openapi3().into_generator();
+    let mut root = generator.subschema_for::<T>().to_value();
+    let mut definitions = generator.take_definitions(false);
+    strip(&mut root);
+    for (name, definition) in definitions.iter_mut() {
+        match name.as_str() {
+            "io.k8s.apimachinery.pkg.api.resource.Quantity" => *definition = serde_json::json!({ QUANTITY: true }),
+            // Any JSON value at all, which the published schemas call `type: object`.
+            ANY_JSON
+            | "io.k8s.apimachinery.pkg.runtime.RawExtension"
+            | "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1" => {
+                *definition = serde_json::json!({"x-kubernetes-preserve-unknown-fields": true})
+            }
+            _ => {}
+        }
+        strip(definition);
+    }
+    KindSchema { root, definitions }
+}
+
+/// Drops `description` from a schema and every schema inside it (not from `properties`, whose keys are field names).
+fn strip(schema: &mut Value) {
+    let Some(map) = schema.as_object_mut() else { return };
+    map.remove("description");
+    for (key, child) in map.iter_mut() {
+        match key.as_str() {
+            "properties" => {
+                if let Some(properties) = child.as_object_mut() {
+                    properties.values_mut().for_each(strip);
+                }
+            }
+            "items" | "additionalProperties" | "not" => strip(child),
+            "allOf" | "anyOf" | "oneOf" => {
+                if let Some(all) = child.as_array_mut() {
+                    all.iter_mut().for_each(strip);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deployment_schema_reaches_the_pod_template() {
+        let schema = kind_schema("apps", "v1", "Deployment").expect("Deployment is known");
+        let root = schema.resolve(&schema.root);
+        assert_eq!(root["type"], "object");
+        let spec = schema.resolve(&root["properties"]["spec"]);
+        assert_eq!(spec["properties"]["replicas"]["type"], "integer");
+        let template = schema.resolve(&spec["properties"]["template"]);
+        let pod_spec = schema.resolve(&template["properties"]["spec"]);
+        let container = schema.resolve(&pod_spec["properties"]["containers"]["items"]);
+        assert_eq!(container["properties"]["image"]["type"], "string");
+        assert!(root.get("description").is_none(), "descriptions are dropped");
+    }
+
+    #[test]
+    fn quantities_are_marked_and_every_kind_generates() {
+        let pod = kind_schema("", "v1", "Pod").unwrap();
+        assert_eq!(
+            pod.definitions["io.k8s.apimachinery.pkg.api.resource.Quantity"],
+            serde_json::json!({QUANTITY: true})
+        );
+        for (g, v, k) in kinds() {
+            let schema = kind_schema(g, v, k).unwrap();
+            assert_eq!(schema.resolve(&schema.root)["type"], "object", "{g}/{v} {k}");
+        }
+        assert!(kind_schema("", "v1", "Nope").is_none());
+    }
+}
