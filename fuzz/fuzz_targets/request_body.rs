@@ -1,0 +1,30 @@
+//! A request body, as any client may send it: decoded as JSON or YAML, then checked against a built-in kind's schema
+//! (or a custom resource's) and its strategy, as a create would. Nothing may panic; every refusal is a 4xx.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use nest_apiserver::body::decode_object;
+use nest_registry::{Catalog, Resource};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, body)) = data.split_first() else { return };
+    let content_type = if selector & 1 == 0 { "application/json" } else { "application/yaml" };
+    let catalog = Catalog::builtin();
+    let resources = catalog.resources();
+    let info = resources[(selector as usize >> 1) % resources.len()].clone();
+    let mut obj = match decode_object(content_type, body) {
+        Ok(obj) => obj,
+        Err(error) => return assert!((400..500).contains(&error.code), "{error:?}"),
+    };
+    let resource = Resource::new(info);
+    let _ = resource.unknown_fields(&obj);
+    match resource.decode(&mut obj) {
+        Ok(_) => {
+            if obj.is_object() {
+                resource.strategy.prepare_for_create(&mut obj);
+                let _ = resource.strategy.validate(&obj);
+            }
+        }
+        Err(error) => assert!((400..500).contains(&error.code), "{error:?}"),
+    }
+});
