@@ -1,4 +1,4 @@
-//! A request body, as any client may send it: decoded as JSON or YAML, then checked against a built-in kind's schema
+//! A request body, as any client may send it: decoded as JSON, YAML or Kubernetes protobuf, then checked against a built-in kind's schema
 //! (or a custom resource's) and its strategy, as a create would. Nothing may panic; every refusal is a 4xx.
 #![no_main]
 
@@ -8,10 +8,14 @@ use nest_registry::{Catalog, Resource};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else { return };
-    let content_type = if selector & 1 == 0 { "application/json" } else { "application/yaml" };
+    let content_type = match selector & 3 {
+        0 => "application/json",
+        1 => "application/yaml",
+        _ => "application/vnd.kubernetes.protobuf",
+    };
     let catalog = Catalog::builtin();
     let resources = catalog.resources();
-    let info = resources[(selector as usize >> 1) % resources.len()].clone();
+    let info = resources[(selector as usize >> 2) % resources.len()].clone();
     let mut obj = match decode_object(content_type, body) {
         Ok(obj) => obj,
         Err(error) => return assert!((400..500).contains(&error.code), "{error:?}"),

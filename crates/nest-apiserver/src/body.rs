@@ -1,4 +1,4 @@
-//! Request bodies: objects in JSON or YAML, and patches. Everything a client sends passes through here before the
+//! Request bodies: objects in JSON, YAML or protobuf ([`crate::protobuf`]), and patches. Everything a client sends passes through here before the
 //! registry sees it; every failure is a 4xx [`ApiError`]. `fuzz/` feeds these functions arbitrary input.
 
 use nest_registry::patch::{json_patch, merge_patch};
@@ -10,10 +10,11 @@ pub fn parse_json(bytes: &[u8]) -> Result<Value> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
-/// Decodes an object body: JSON or YAML (protobuf is not served yet).
+/// Decodes an object body: JSON, YAML or Kubernetes protobuf.
 pub fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
     match content_type {
         "" | "application/json" | "*/*" => parse_json(bytes),
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(bytes),
         "application/yaml" => {
             let value: Value = serde_norway::from_slice(bytes)
                 .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?;
@@ -21,7 +22,7 @@ pub fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
         }
         other => Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format ({other}) - accepted media types include: \
-             application/json, application/yaml"
+             application/json, application/yaml, application/vnd.kubernetes.protobuf"
         ))),
     }
 }
@@ -78,7 +79,8 @@ mod tests {
         assert_eq!(decode_object("application/json", br#"{"a": 1}"#).unwrap(), json!({"a": 1}));
         assert_eq!(decode_object("application/yaml", b"a: [1, 2").unwrap_err().code, 400);
         assert_eq!(decode_object("application/json", b"{").unwrap_err().code, 400);
-        assert_eq!(decode_object("application/vnd.kubernetes.protobuf", b"k8s\0").unwrap_err().code, 415);
+        assert_eq!(decode_object("application/vnd.kubernetes.protobuf", b"k8s\0").unwrap_err().code, 400);
+        assert_eq!(decode_object("text/plain", b"{}").unwrap_err().code, 415);
     }
 
     #[test]

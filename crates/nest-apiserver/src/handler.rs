@@ -427,7 +427,7 @@ async fn resource_request(
         (&Method::DELETE, None, None) => {
             verb_allowed("deletecollection")?;
 
-            let delete = delete_options(&query, &body)?;
+            let delete = delete_options(&query, &content_type, &body)?;
             let list = registry.list(&target.resource, target.namespace.as_deref(), &query.list_options()?).await?;
             let mut deleted = Vec::new();
             for item in list["items"].as_array().into_iter().flatten() {
@@ -477,7 +477,7 @@ async fn resource_request(
         (&Method::DELETE, Some(name), None) => {
             verb_allowed("delete")?;
 
-            let options = delete_options(&query, &body)?;
+            let options = delete_options(&query, &content_type, &body)?;
             let obj = registry.delete(&target.resource, ns, name, &options).await?;
             // 202 when the object lingers (finalizers), 200 when it is gone.
             let code = if nest_registry::meta::is_deleting(&obj) { StatusCode::ACCEPTED } else { StatusCode::OK };
@@ -517,8 +517,12 @@ async fn resource_request(
 }
 
 /// `DeleteOptions` from the body (kubectl sends one without TypeMeta) and the query.
-fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions> {
-    let body: Value = if body.iter().all(u8::is_ascii_whitespace) { json!({}) } else { parse_json(body)? };
+fn delete_options(query: &Query, content_type: &str, body: &[u8]) -> Result<DeleteOptions> {
+    let body: Value = match content_type {
+        _ if body.iter().all(u8::is_ascii_whitespace) => json!({}),
+        "application/vnd.kubernetes.protobuf" => decode_object(content_type, body)?,
+        _ => parse_json(body)?,
+    };
     let text = |v: &Value| v.as_str().map(str::to_string);
     let preconditions = body.get("preconditions").cloned().unwrap_or(Value::Null);
     let dry_run_body = body.get("dryRun").and_then(Value::as_array).is_some_and(|d| d.iter().any(|v| v == "All"));

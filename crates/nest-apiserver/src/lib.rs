@@ -13,6 +13,7 @@ pub mod body;
 pub mod certs;
 pub mod discovery;
 pub mod handler;
+pub mod protobuf;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

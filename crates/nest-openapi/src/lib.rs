@@ -58,6 +58,8 @@ macro_rules! kinds {
         /// `(group, version, kind)` of every kind with a schema, and how to generate it.
         const KINDS: &[(&str, &str, &str, Generate)] = &[
             $((<$ty as Resource>::GROUP, <$ty as Resource>::VERSION, <$ty as Resource>::KIND, generate::<$ty>),)*
+            // Not a resource, but a body clients send (with DELETE).
+            ("meta.k8s.io", "v1", "DeleteOptions", generate::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>),
         ];
     };
 }

@@ -366,8 +366,19 @@ impl Strategy for Workload {
             _ => {}
         }
         for (field, default) in defaults {
-            if spec.get(field).is_none_or(Value::is_null) {
-                spec[field] = default;
+            match spec.get_mut(field) {
+                None | Some(Value::Null) => spec[field] = default,
+                // A strategy without a type (protobuf clients send `strategy: {}`) gets the default type, and a
+                // rolling update its default parameters.
+                Some(Value::Object(given)) if matches!(field, "strategy" | "updateStrategy") => {
+                    if !given.contains_key("type") {
+                        given.insert("type".into(), default["type"].clone());
+                    }
+                    if given.get("type") == default.get("type") && !given.contains_key("rollingUpdate") {
+                        given.insert("rollingUpdate".into(), default["rollingUpdate"].clone());
+                    }
+                }
+                Some(_) => {}
             }
         }
         if let Some(template) = spec.get_mut("template")

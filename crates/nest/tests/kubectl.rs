@@ -1,9 +1,8 @@
 //! Black-box tests: a real `nest apiserver` on 127.0.0.1:0, driven by the machine's kubectl (the versioned binary,
 //! with a fresh KUBECACHEDIR), on every storage backend.
 //!
-//! Known gap: kubectl's generator commands (`kubectl create namespace|configmap|…`) send protobuf
-//! bodies, which nest does not decode yet; everything here creates objects from manifests (`create -f`), which
-//! kubectl sends as JSON.
+//! kubectl's generator commands (`kubectl create namespace|configmap|deployment|…`, `expose`) send protobuf bodies;
+//! manifests (`create -f`) and patches travel as JSON. Both are tested.
 
 mod common;
 
@@ -391,5 +390,48 @@ fn built_in_objects_are_decoded_against_their_schema() {
         assert!(stderr.contains(r#"Warning: unknown field "colour""#), "{backend}: {stderr}");
         let stored = server.json(&["get", "configmap", "x"]);
         assert!(stored.get("colour").is_none() && stored["data"]["a"] == "b", "{backend}: {stored}");
+    }
+}
+
+#[test]
+fn kubectl_generator_commands_send_protobuf_and_are_understood() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        server.ok(&["create", "namespace", "gen"]);
+        server.ok(&["-n", "gen", "create", "configmap", "settings", "--from-literal=color=blue"]);
+        server.ok(&["-n", "gen", "create", "secret", "generic", "token", "--from-literal=password=hunter2"]);
+        server.ok(&["-n", "gen", "create", "deployment", "web", "--image=nginx", "--replicas=0", "--port=8080"]);
+        server.ok(&["-n", "gen", "expose", "deployment", "web", "--port=80", "--target-port=8080"]);
+        server.ok(&["-n", "gen", "create", "serviceaccount", "robot"]);
+        server.ok(&["-n", "gen", "create", "job", "once", "--image=busybox", "--", "true"]);
+        server.ok(&["-n", "gen", "create", "ingress", "site", "--rule=example.com/=web:80"]);
+
+        assert_eq!(server.ok(&["get", "namespace", "gen", "-o", "jsonpath={.status.phase}"]), "Active", "{backend}");
+        let cm = server.json(&["-n", "gen", "get", "configmap", "settings"]);
+        assert_eq!(cm["data"]["color"], "blue", "{backend}");
+        let secret = server.json(&["-n", "gen", "get", "secret", "token"]);
+        assert_eq!(
+            (secret["type"].as_str(), secret["data"]["password"].as_str()),
+            (Some("Opaque"), Some("aHVudGVyMg=="))
+        );
+        let deployment = server.json(&["-n", "gen", "get", "deployment", "web"]);
+        assert_eq!(deployment["spec"]["replicas"], 0, "{backend}: an explicit zero survives");
+        assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate", "{backend}: defaults still apply");
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            (container["image"].as_str(), container["ports"][0]["containerPort"].as_i64()),
+            (Some("nginx"), Some(8080))
+        );
+        let service = server.json(&["-n", "gen", "get", "service", "web"]);
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], 8080, "{backend}");
+        assert_eq!(service["spec"]["selector"]["app"], "web");
+        let job = server.json(&["-n", "gen", "get", "job", "once"]);
+        assert_eq!(job["spec"]["template"]["spec"]["containers"][0]["command"][0], "true", "{backend}");
+        let ingress = server.json(&["-n", "gen", "get", "ingress", "site"]);
+        let rule = &ingress["spec"]["rules"][0];
+        assert_eq!(
+            (rule["host"].as_str(), rule["http"]["paths"][0]["backend"]["service"]["name"].as_str()),
+            (Some("example.com"), Some("web"))
+        );
     }
 }
