@@ -1,6 +1,6 @@
 //! `nest`: nested Kubernetes control planes. One binary; each subcommand is one component or tool.
 //!
-//! Today: `nest apiserver` and `nest bench store`. See `docs/ARCHITECTURE.md` for where each part lives.
+//! Today: `nest up` (a whole cluster in one process), `nest apiserver`, `nest controller-manager` and `nest bench`. See `docs/ARCHITECTURE.md` for where each part lives.
 
 mod bench;
 mod cmd;
@@ -17,8 +17,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// A whole cluster on this machine: the API server on embedded storage and the controllers.
+    Up(cmd::up::Args),
     /// The Kubernetes-compatible API server.
     Apiserver(cmd::apiserver::Args),
+    /// The controllers (namespaces, service accounts, …), behind a leader Lease.
+    ControllerManager(cmd::controller_manager::Args),
     /// Benchmarks that print one JSON line per measured configuration.
     Bench {
         #[command(subcommand)]
@@ -34,7 +38,9 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
+        Command::Up(args) => runtime.block_on(cmd::up::run(args)),
         Command::Apiserver(args) => runtime.block_on(cmd::apiserver::run(args)),
+        Command::ControllerManager(args) => runtime.block_on(cmd::controller_manager::run(args)),
         Command::Bench { which } => runtime.block_on(bench::run(which)),
     }
 }

@@ -1,6 +1,8 @@
 //! One module per `nest` subcommand that runs a component.
 
 pub mod apiserver;
+pub mod controller_manager;
+pub mod up;
 
 /// Completes on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {

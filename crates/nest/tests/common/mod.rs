@@ -141,3 +141,62 @@ pub fn backends() -> Vec<(&'static str, Storage)> {
     }
     backends
 }
+
+/// A running `nest controller-manager` pointed at a server, with what it has printed so far.
+pub struct ControllerManager {
+    child: Child,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl ControllerManager {
+    pub fn start(server: &Server, identity: &str, lease_seconds: u64) -> ControllerManager {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nest"))
+            .args(["controller-manager", "--identity", identity, "--lease-duration-seconds"])
+            .arg(lease_seconds.to_string())
+            .arg("--kubeconfig")
+            .arg(&server.kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nest controller-manager");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (stderr, sink) = (child.stderr.take().unwrap(), log.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        ControllerManager { child, log }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn is_leading(&self) -> bool {
+        self.log().contains("is leading")
+    }
+
+    /// SIGKILL: the instance stops renewing its Lease without a chance to hand it over.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ControllerManager {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `check` until it holds, for at most `seconds`.
+pub fn eventually(seconds: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

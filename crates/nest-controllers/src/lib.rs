@@ -1,0 +1,83 @@
+//! nest's controller-manager: the controllers kube-controller-manager runs, written on kube-runtime, talking to any
+//! Kubernetes API server through a kubeconfig.
+//!
+//! Only one instance acts at a time: [`run`] first wins the `kube-system/nest-controller-manager` Lease
+//! ([`leader`]), then runs every controller until it loses the Lease or is told to stop. The controllers, one module
+//! each:
+//!
+//! - [`namespace`]: empties a namespace being deleted, then finalizes it;
+//! - [`serviceaccount`]: the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace.
+
+use std::future::Future;
+use std::path::Path;
+
+use anyhow::Context;
+use kube::Client;
+
+pub mod leader;
+pub mod namespace;
+pub mod serviceaccount;
+
+/// The Lease the controller-manager's instances compete for.
+pub const LEASE: (&str, &str) = ("kube-system", "nest-controller-manager");
+
+/// A client for the cluster `kubeconfig` names, and its CA certificate (PEM), which controllers publish.
+pub async fn connect(kubeconfig: &Path) -> anyhow::Result<(Client, String)> {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading the kubeconfig {}", kubeconfig.display()))?;
+    let ca_pem = file
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.certificate_authority_data.as_deref())
+        .map(decode_base64)
+        .transpose()?
+        .unwrap_or_default();
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
+    Ok((Client::try_from(config)?, ca_pem))
+}
+
+fn decode_base64(text: &str) -> anyhow::Result<String> {
+    let value = serde_json::Value::String(text.trim().to_string());
+    let bytes: k8s_openapi::ByteString =
+        serde_json::from_value(value).context("the kubeconfig's certificate-authority-data is not base64")?;
+    String::from_utf8(bytes.0).context("the kubeconfig's certificate-authority-data is not PEM")
+}
+
+/// How one controller-manager instance runs.
+pub struct Options {
+    /// Its name in the leader Lease; unique per instance.
+    pub identity: String,
+    /// The cluster CA (PEM) to publish in every namespace.
+    pub ca_pem: String,
+    /// How long the Lease stays held without renewal (kube-controller-manager: 15 s); it is renewed five times as
+    /// often.
+    pub lease_duration: std::time::Duration,
+    /// Called once this instance leads.
+    pub on_leading: Box<dyn FnOnce() + Send>,
+}
+
+/// Runs the controller-manager: waits to lead, then runs every controller. Returns `Ok` when `shutdown` completes,
+/// and an error if leadership is lost (the process should exit, as kube-controller-manager does, so that it never
+/// acts without the Lease).
+pub async fn run(client: Client, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    tokio::pin!(shutdown);
+    let Options { identity, ca_pem, lease_duration, on_leading } = options;
+    let mut election = leader::Election::new(client.clone(), LEASE.0, LEASE.1, identity.clone());
+    election.lease_duration = lease_duration;
+    election.renew_every = (lease_duration / 5).max(std::time::Duration::from_millis(200));
+    tokio::select! {
+        () = election.acquire() => {}
+        () = &mut shutdown => return Ok(()),
+    }
+    tracing::info!(%identity, "leading: starting the controllers");
+    on_leading();
+    let controllers = async {
+        tokio::join!(namespace::run(client.clone()), serviceaccount::run(client.clone(), ca_pem));
+    };
+    tokio::select! {
+        () = controllers => anyhow::bail!("the controllers stopped"),
+        () = election.hold() => anyhow::bail!("lost the leader lease {}/{}", LEASE.0, LEASE.1),
+        () = &mut shutdown => Ok(()),
+    }
+}

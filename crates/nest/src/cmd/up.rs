@@ -1,0 +1,74 @@
+//! `nest up`: a whole cluster on this machine, in one process — the API server on embedded storage and the
+//! controller-manager. Ctrl-C stops it; running it again on the same data directory resumes where it left off.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::{oneshot, watch};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Holds the database, the PKI and admin.kubeconfig.
+    #[arg(long, value_name = "DIR", default_value = "nest-data")]
+    data_dir: PathBuf,
+    /// Address and port of the API server (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let store = nest_storage::embedded::EmbeddedStore::open(args.data_dir.join("store"), Default::default())
+        .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
+    let config = nest_apiserver::Config {
+        data_dir: args.data_dir.clone(),
+        listen: args.listen,
+        token_file: None,
+        extra_sans: Vec::new(),
+        service_cidr: "10.96.0.0/12".parse().expect("a valid range"),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let (ready, serving) = oneshot::channel();
+    let apiserver = tokio::spawn(nest_apiserver::serve(
+        config,
+        Arc::new(store),
+        move |serving: &nest_apiserver::Serving| {
+            let _ = ready.send((serving.address, serving.kubeconfig.clone()));
+        },
+        until_stopped(stopped.clone()),
+    ));
+    let (address, kubeconfig) = match serving.await {
+        Ok(serving) => serving,
+        Err(_) => return apiserver.await?.context("the API server did not start"),
+    };
+    let (client, ca_pem) = nest_controllers::connect(&kubeconfig).await?;
+    let options = nest_controllers::Options {
+        identity: super::controller_manager::default_identity(),
+        ca_pem,
+        lease_duration: std::time::Duration::from_secs(15),
+        on_leading: Box::new(|| {}),
+    };
+    let controllers = tokio::spawn(nest_controllers::run(client, options, until_stopped(stopped.clone())));
+    println!("nest is up: API server at https://{address}, controllers running.");
+    println!();
+    println!("  export KUBECONFIG={}", kubeconfig.display());
+    println!("  kubectl get namespaces");
+    println!("  kubectl create namespace demo && kubectl get serviceaccounts -n demo");
+    println!();
+    println!("Ctrl-C stops it; `nest up --data-dir {}` again resumes.", args.data_dir.display());
+
+    tokio::select! {
+        () = super::shutdown_signal() => {}
+        result = apiserver => { result??; anyhow::bail!("the API server stopped") }
+    }
+    eprintln!("nest up: stopping");
+    let _ = stop.send(true);
+    controllers.await??;
+    eprintln!("nest up: stopped");
+    Ok(())
+}
