@@ -90,6 +90,9 @@ pub fn api_resource_list(catalog: &Catalog, group: &str, version: &str) -> Optio
         if r.group.is_empty() && r.plural == "namespaces" {
             resources.push(sub("finalize", "Namespace", &["update"]));
         }
+        if r.group.is_empty() && r.plural == "pods" {
+            resources.push(sub("binding", "Binding", &["create"]));
+        }
     }
     let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))

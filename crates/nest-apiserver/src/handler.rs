@@ -293,7 +293,8 @@ fn target(state: &State, group: &str, version: &str, segments: &[&str]) -> Resul
     if let Some(sub) = &subresource {
         let known = (sub == "status" && resource.info.status)
             || (sub == "scale" && resource.info.scale.is_some())
-            || (sub == "finalize" && resource.info.group.is_empty() && resource.info.plural == "namespaces");
+            || (sub == "finalize" && resource.info.group.is_empty() && resource.info.plural == "namespaces")
+            || (sub == "binding" && resource.info.group.is_empty() && resource.info.plural == "pods");
         if !known {
             return Err(ApiError::no_route());
         }
@@ -489,6 +490,23 @@ async fn resource_request(
             let body = decode_object(&content_type, &body)?;
             Ok(json_response(StatusCode::OK, &registry.finalize_namespace(name, body).await?))
         }
+        (&Method::POST, Some(name), Some("binding")) => {
+            // What kube-scheduler sends: a Binding naming the node.
+            let binding = decode_object(&content_type, &body)?;
+            let node = binding["target"]["name"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| ApiError::invalid(&info, name, vec![nest_registry::Cause::required("target.name")]))?;
+            registry
+                .update_with(&target.resource, ns, name, Subresource::Binding, query.dry_run()?, |current| {
+                    bind(&info, current, node)
+                })
+                .await?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
         (&Method::GET, Some(name), Some("scale")) => {
             let obj = registry.get(&target.resource, ns, name).await?;
             Ok(json_response(StatusCode::OK, &scale_of(&info, &obj)))
@@ -514,6 +532,31 @@ async fn resource_request(
         }
         _ => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
     }
+}
+
+/// A pod bound to `node`, as kube-apiserver's binding storage does it: only an unbound pod that is not being deleted,
+/// with `PodScheduled` set true.
+fn bind(info: &nest_registry::ResourceInfo, current: &Value, node: &str) -> Result<Value> {
+    let name = nest_registry::meta::name(current);
+    let assigned = current["spec"]["nodeName"].as_str().unwrap_or_default();
+    if !assigned.is_empty() {
+        return Err(ApiError::conflict(info, name)
+            .with_message(format!("pod {name} is already assigned to node \"{assigned}\"")));
+    }
+    if nest_registry::meta::is_deleting(current) {
+        return Err(ApiError::conflict(info, name)
+            .with_message(format!("pod {name} is being deleted, cannot be assigned to a host")));
+    }
+    let mut obj = current.clone();
+    nest_registry::meta::metadata_mut(&mut obj).remove("resourceVersion");
+    obj["spec"]["nodeName"] = json!(node);
+    let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
+                           "lastTransitionTime": nest_registry::meta::now_rfc3339()});
+    let conditions = obj["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+    conditions.push(condition);
+    obj["status"]["conditions"] = json!(conditions);
+    Ok(obj)
 }
 
 /// `DeleteOptions` from the body (kubectl sends one without TypeMeta) and the query.

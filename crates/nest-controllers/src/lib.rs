@@ -6,7 +6,8 @@
 //! each:
 //!
 //! - [`namespace`]: empties a namespace being deleted, then finalizes it;
-//! - [`serviceaccount`]: the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace.
+//! - [`serviceaccount`]: the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace;
+//! - [`replicaset`]: pods for every ReplicaSet.
 
 use std::future::Future;
 use std::path::Path;
@@ -16,6 +17,7 @@ use kube::Client;
 
 pub mod leader;
 pub mod namespace;
+pub mod replicaset;
 pub mod serviceaccount;
 
 /// The Lease the controller-manager's instances compete for.
@@ -73,7 +75,11 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
     tracing::info!(%identity, "leading: starting the controllers");
     on_leading();
     let controllers = async {
-        tokio::join!(namespace::run(client.clone()), serviceaccount::run(client.clone(), ca_pem));
+        tokio::join!(
+            namespace::run(client.clone()),
+            serviceaccount::run(client.clone(), ca_pem),
+            replicaset::run(client.clone()),
+        );
     };
     tokio::select! {
         () = controllers => anyhow::bail!("the controllers stopped"),

@@ -35,7 +35,7 @@ pub const HISTORY: usize = 1024;
 /// Changes a watcher may fall behind before it is ended.
 pub const BROADCAST: usize = 1024;
 /// How long a consistent read waits for the cache to reach the storage revision before reading storage instead.
-pub const CATCH_UP: Duration = Duration::from_millis(100);
+pub const CATCH_UP: Duration = Duration::from_secs(1);
 /// The storage page size when a cache is built.
 const LOAD_PAGE: usize = 1000;
 

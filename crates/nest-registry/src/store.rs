@@ -99,6 +99,8 @@ pub enum Subresource {
     Main,
     /// `/status`: only `.status`.
     Status,
+    /// `pods/binding`: the node (`spec.nodeName`) and the `PodScheduled` condition, which only a binding sets, together.
+    Binding,
 }
 
 /// What an update is going to do.
@@ -808,6 +810,12 @@ impl Registry {
         let mut obj = match subresource {
             Subresource::Status => {
                 let mut obj = old.clone();
+                obj["status"] = body.get("status").cloned().unwrap_or(Value::Null);
+                obj
+            }
+            Subresource::Binding => {
+                let mut obj = old.clone();
+                obj["spec"]["nodeName"] = body["spec"]["nodeName"].clone();
                 obj["status"] = body.get("status").cloned().unwrap_or(Value::Null);
                 obj
             }

@@ -1,6 +1,7 @@
 //! `nest`: nested Kubernetes control planes. One binary; each subcommand is one component or tool.
 //!
-//! Today: `nest up` (a whole cluster in one process), `nest apiserver`, `nest controller-manager` and `nest bench`. See `docs/ARCHITECTURE.md` for where each part lives.
+//! Today: `nest up` (a whole cluster in one process), `nest apiserver`, `nest controller-manager`, `nest scheduler`,
+//! `nest node` (simulated) and `nest bench`. See `docs/ARCHITECTURE.md` for where each part lives.
 
 mod bench;
 mod cmd;
@@ -23,6 +24,10 @@ enum Command {
     Apiserver(cmd::apiserver::Args),
     /// The controllers (namespaces, service accounts, …), behind a leader Lease.
     ControllerManager(cmd::controller_manager::Args),
+    /// The scheduler: binds pending pods to nodes.
+    Scheduler(cmd::scheduler::Args),
+    /// Simulated nodes that report the pods bound to them Running.
+    Node(cmd::node::Args),
     /// Benchmarks that print one JSON line per measured configuration.
     Bench {
         #[command(subcommand)]
@@ -41,6 +46,8 @@ fn main() -> anyhow::Result<()> {
         Command::Up(args) => runtime.block_on(cmd::up::run(args)),
         Command::Apiserver(args) => runtime.block_on(cmd::apiserver::run(args)),
         Command::ControllerManager(args) => runtime.block_on(cmd::controller_manager::run(args)),
+        Command::Scheduler(args) => runtime.block_on(cmd::scheduler::run(args)),
+        Command::Node(args) => runtime.block_on(cmd::node::run(args)),
         Command::Bench { which } => runtime.block_on(bench::run(which)),
     }
 }

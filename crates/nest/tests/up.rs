@@ -1,4 +1,4 @@
-//! `nest up`: one command brings up a cluster (API server and controllers) that kubectl can use at once, stops
+//! `nest up`: one command brings up a cluster (API server, controllers, scheduler, a simulated node) that kubectl can use at once, stops
 //! cleanly on SIGTERM, and resumes from its data directory.
 
 mod common;
@@ -48,6 +48,10 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
     assert!(kubectl(&kubeconfig, cache.path(), &["create", "namespace", "demo"]).status.success());
     eventually(20, "the controllers to give the namespace its ServiceAccount", || {
         kubectl(&kubeconfig, cache.path(), &["-n", "demo", "get", "serviceaccount", "default"]).status.success()
+    });
+    eventually(20, "the simulated node", || {
+        let nodes = kubectl(&kubeconfig, cache.path(), &["get", "nodes", "-o", "name"]);
+        String::from_utf8_lossy(&nodes.stdout).contains("node/nest-node-0")
     });
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
 

@@ -2,6 +2,8 @@
 
 pub mod apiserver;
 pub mod controller_manager;
+pub mod node;
+pub mod scheduler;
 pub mod up;
 
 /// Completes on SIGTERM or Ctrl-C.

@@ -1,5 +1,5 @@
-//! `nest up`: a whole cluster on this machine, in one process — the API server on embedded storage and the
-//! controller-manager. Ctrl-C stops it; running it again on the same data directory resumes where it left off.
+//! `nest up`: a whole cluster on this machine, in one process — the API server on embedded storage, the
+//! controller-manager, the scheduler and one simulated node (`nest-node-0`). Ctrl-C stops it; running it again on the same data directory resumes where it left off.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -53,12 +53,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         lease_duration: std::time::Duration::from_secs(15),
         on_leading: Box::new(|| {}),
     };
-    let controllers = tokio::spawn(nest_controllers::run(client, options, until_stopped(stopped.clone())));
-    println!("nest is up: API server at https://{address}, controllers running.");
+    let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
+    tokio::spawn(nest_scheduler::run(client.clone()));
+    let node = nest_node::Options::numbered("nest-node-0".into(), 0);
+    tokio::spawn(nest_node::run(client, node, until_stopped(stopped.clone())));
+    println!("nest is up: API server at https://{address}; controllers, scheduler and node nest-node-0 running.");
     println!();
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  kubectl get namespaces");
     println!("  kubectl create namespace demo && kubectl get serviceaccounts -n demo");
+    println!("  kubectl get nodes");
     println!();
     println!("Ctrl-C stops it; `nest up --data-dir {}` again resumes.", args.data_dir.display());
 

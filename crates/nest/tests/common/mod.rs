@@ -142,23 +142,33 @@ pub fn backends() -> Vec<(&'static str, Storage)> {
     backends
 }
 
-/// A running `nest controller-manager` pointed at a server, with what it has printed so far.
-pub struct ControllerManager {
+/// A running `nest` component (`controller-manager`, `scheduler`, `node`) pointed at a server, with what it has
+/// printed so far.
+pub struct Component {
     child: Child,
     log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
-impl ControllerManager {
-    pub fn start(server: &Server, identity: &str, lease_seconds: u64) -> ControllerManager {
+/// The controller-manager is one component among others.
+pub type ControllerManager = Component;
+
+impl Component {
+    /// `nest controller-manager` with this identity and Lease duration.
+    pub fn start(server: &Server, identity: &str, lease_seconds: u64) -> Component {
+        let lease = lease_seconds.to_string();
+        Component::run(server, &["controller-manager", "--identity", identity, "--lease-duration-seconds", &lease])
+    }
+
+    /// `nest <args> --kubeconfig <the server's>`.
+    pub fn run(server: &Server, args: &[&str]) -> Component {
         let mut child = Command::new(env!("CARGO_BIN_EXE_nest"))
-            .args(["controller-manager", "--identity", identity, "--lease-duration-seconds"])
-            .arg(lease_seconds.to_string())
+            .args(args)
             .arg("--kubeconfig")
             .arg(&server.kubeconfig)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start nest controller-manager");
+            .expect("start a nest component");
         let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let (stderr, sink) = (child.stderr.take().unwrap(), log.clone());
         std::thread::spawn(move || {
@@ -168,7 +178,7 @@ impl ControllerManager {
                 log.push('\n');
             }
         });
-        ControllerManager { child, log }
+        Component { child, log }
     }
 
     pub fn log(&self) -> String {
@@ -186,7 +196,7 @@ impl ControllerManager {
     }
 }
 
-impl Drop for ControllerManager {
+impl Drop for Component {
     fn drop(&mut self) {
         self.kill();
     }

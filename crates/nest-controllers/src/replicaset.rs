@@ -1,0 +1,247 @@
+//! ReplicaSets, after kube-controller-manager's `replicaset` controller (`pkg/controller/replicaset`, 1.33): as many
+//! active pods as `spec.replicas`, made from the template and owned by the ReplicaSet; orphans that match the selector
+//! are adopted, owned pods that stop matching are released; surplus pods are deleted least useful first (unscheduled,
+//! then pending, then not ready, then the youngest); status counts replicas, labelled, ready and available pods.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+/// At most this many pods are created or deleted per pass, as kube-controller-manager's `burstReplicas`.
+const BURST: usize = 500;
+
+struct Context {
+    client: Client,
+}
+
+/// Runs the controller until `client`'s server goes away for good.
+pub async fn run(client: Client) {
+    let sets: Api<ReplicaSet> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let context = Arc::new(Context { client });
+    Controller::new(sets, watcher::Config::default())
+        .owns(pods, watcher::Config::default())
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "replicaset controller");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_: Arc<ReplicaSet>, error: &kube::Error, _: Arc<Context>) -> Action {
+    tracing::debug!(%error, "syncing a ReplicaSet");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// `metav1.FormatLabelSelector`: the selector as a query string.
+pub fn selector_query(selector: &LabelSelector) -> String {
+    let mut parts: Vec<String> = selector.match_labels.iter().flatten().map(|(k, v)| format!("{k}={v}")).collect();
+    for expression in selector.match_expressions.iter().flatten() {
+        let values = expression.values.clone().unwrap_or_default().join(",");
+        parts.push(match expression.operator.as_str() {
+            "In" => format!("{} in ({values})", expression.key),
+            "NotIn" => format!("{} notin ({values})", expression.key),
+            "Exists" => expression.key.clone(),
+            _ => format!("!{}", expression.key),
+        });
+    }
+    parts.join(",")
+}
+
+/// Whether `labels` satisfy `selector` (an empty selector matches nothing, as for workloads).
+pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let exact = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.clone().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            _ => !labels.contains_key(&e.key),
+        }
+    });
+    let empty = selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty);
+    !empty && exact && expressions
+}
+
+/// The controller reference of an object, if any.
+pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references.iter().flatten().find(|r| r.controller == Some(true))
+}
+
+/// A pod still counts toward its owner: not being deleted and not finished.
+pub fn is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+    pod.metadata.deletion_timestamp.is_none() && phase != "Succeeded" && phase != "Failed"
+}
+
+/// Whether the pod's Ready condition is true.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+async fn reconcile(set: Arc<ReplicaSet>, context: Arc<Context>) -> Result<Action, kube::Error> {
+    if set.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let (namespace, name) = (set.namespace().unwrap_or_default(), set.name_any());
+    let Some(spec) = &set.spec else { return Ok(Action::await_change()) };
+    let uid = set.uid().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let all = pods.list(&ListParams::default()).await?.items;
+
+    let mut owned = Vec::new();
+    for pod in all {
+        let labels = pod.labels().clone();
+        let matches = selects(&spec.selector, &labels);
+        match controller_of(&pod.metadata) {
+            Some(owner) if owner.uid == uid => {
+                if matches {
+                    owned.push(pod);
+                } else {
+                    // Release: the pod no longer matches.
+                    let remaining: Vec<_> = pod.owner_references().iter().filter(|r| r.uid != uid).cloned().collect();
+                    let patch = json!({"metadata": {"ownerReferences": remaining}});
+                    ignore_gone(pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+                }
+            }
+            None if matches && is_active(&pod) && pod.metadata.deletion_timestamp.is_none() => {
+                // Adopt an orphan.
+                let mut references = pod.owner_references().to_vec();
+                references.push(owner_reference(&set));
+                let patch =
+                    json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
+                if ignore_gone(pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)? {
+                    owned.push(pod);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    let mut active: Vec<Pod> = owned.iter().filter(|p| is_active(p)).cloned().collect();
+    let wanted = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
+    if active.len() < wanted {
+        let missing = (wanted - active.len()).min(BURST);
+        let template = spec.template.clone().unwrap_or_default();
+        let pod = Pod {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}-")),
+                namespace: Some(namespace.clone()),
+                labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
+                annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
+                owner_references: Some(vec![owner_reference(&set)]),
+                ..Default::default()
+            },
+            spec: template.spec,
+            status: None,
+        };
+        let post = PostParams::default();
+        let creations = (0..missing).map(|_| pods.create(&post, &pod));
+        for created in futures_util::future::join_all(creations).await {
+            active.push(created?);
+        }
+    } else if active.len() > wanted {
+        active.sort_by_key(deletion_rank);
+        let surplus: Vec<Pod> = active.drain(..(active.len() - wanted).min(BURST)).collect();
+        let delete = DeleteParams::default();
+        let deletions = surplus.iter().map(|pod| pods.delete(pod.metadata.name.as_deref().unwrap_or(""), &delete));
+        for deleted in futures_util::future::join_all(deletions).await {
+            ignore_gone(deleted)?;
+        }
+    }
+
+    let ready = active.iter().filter(|p| is_ready(p)).count();
+    let template_labels =
+        spec.template.as_ref().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
+    let labelled = active.iter().filter(|p| template_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))).count();
+    let status = json!({"status": {
+        "replicas": active.len(),
+        "fullyLabeledReplicas": labelled,
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "observedGeneration": set.metadata.generation,
+    }});
+    let current = set.status.as_ref();
+    let unchanged = current.is_some_and(|s| {
+        s.replicas as usize == active.len()
+            && s.ready_replicas.unwrap_or(0) as usize == ready
+            && s.fully_labeled_replicas.unwrap_or(0) as usize == labelled
+            && s.observed_generation == set.metadata.generation
+    });
+    if !unchanged {
+        let sets: Api<ReplicaSet> = Api::namespaced(context.client.clone(), &namespace);
+        ignore_gone(sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await)?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Which surplus pods go first: unscheduled, then pending, then not ready, then the youngest.
+fn deletion_rank(pod: &Pod) -> (u8, u8, u8, std::cmp::Reverse<String>) {
+    let scheduled = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+    (u8::from(scheduled), u8::from(phase == "Running"), u8::from(is_ready(pod)), std::cmp::Reverse(created))
+}
+
+fn owner_reference(set: &ReplicaSet) -> OwnerReference {
+    OwnerReference {
+        api_version: ReplicaSet::api_version(&()).into_owned(),
+        kind: ReplicaSet::kind(&()).into_owned(),
+        name: set.name_any(),
+        uid: set.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// `Ok(true)` when done, `Ok(false)` when the object was already gone or changed (a 404 or 409: the watch brings the
+/// news back).
+fn ignore_gone<T>(result: kube::Result<T>) -> kube::Result<bool> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    #[test]
+    fn selectors_match_and_print_as_kubernetes_does() {
+        let selector = LabelSelector {
+            match_labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "In".into(),
+                values: Some(vec!["a".into(), "b".into()]),
+            }]),
+        };
+        assert_eq!(selector_query(&selector), "app=web,tier in (a,b)");
+        let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert!(selects(&selector, &labels(&[("app", "web"), ("tier", "a")])));
+        assert!(!selects(&selector, &labels(&[("app", "web"), ("tier", "c")])));
+        assert!(!selects(&LabelSelector::default(), &labels(&[("app", "web")])), "an empty selector selects nothing");
+    }
+}

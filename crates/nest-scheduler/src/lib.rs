@@ -1,0 +1,406 @@
+//! The scheduler, after kube-scheduler's default profile reduced to what nest's clusters need: every pending pod
+//! whose `schedulerName` is `default-scheduler` is bound (`pods/binding`) to a node that is Ready and schedulable,
+//! matches the pod's `nodeSelector` and required node affinity, whose taints the pod tolerates, and that has room
+//! for the pod's resource requests and one more pod. Among those it prefers the least allocated. A pod that fits
+//! nowhere gets `PodScheduled=False` with reason `Unschedulable` and a `FailedScheduling` event, and is tried again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Toleration};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+/// The scheduler name this scheduler serves.
+pub const SCHEDULER_NAME: &str = "default-scheduler";
+
+struct Context {
+    client: Client,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    /// Pods bound by this scheduler that the pod store may not show bound yet (kube-scheduler's "assumed" pods):
+    /// their node by uid, so that the next decisions count them.
+    assumed: Mutex<HashMap<String, String>>,
+    /// One pod at a time, as kube-scheduler's scheduling cycle: a decision sees every earlier binding.
+    cycle: tokio::sync::Mutex<()>,
+}
+
+impl Context {
+    /// Every pod as this scheduler knows it: the store's, with the nodes of assumed pods filled in.
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        let mut assumed = self.assumed.lock().unwrap_or_else(|p| p.into_inner());
+        let pods: Vec<Arc<Pod>> = self
+            .pods
+            .state()
+            .into_iter()
+            .map(|pod| {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+                match assumed.get(&uid) {
+                    Some(_) if bound => {
+                        assumed.remove(&uid);
+                        pod
+                    }
+                    Some(node) => {
+                        let mut pod = (*pod).clone();
+                        pod.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
+                        Arc::new(pod)
+                    }
+                    None => pod,
+                }
+            })
+            .collect();
+        pods
+    }
+}
+
+/// Runs the scheduler until `client`'s server goes away for good.
+pub async fn run(client: Client) {
+    let (nodes, node_writer) = reflector::store();
+    let (pods, pod_writer) = reflector::store();
+    let node_feed =
+        reflector::reflector(node_writer, watcher(Api::<Node>::all(client.clone()), watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {});
+    let pod_feed =
+        reflector::reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {});
+    let pending = watcher::Config::default().fields("spec.nodeName=");
+    let context =
+        Arc::new(Context { client: client.clone(), nodes, pods, assumed: Mutex::default(), cycle: Default::default() });
+    let scheduling = Controller::new(Api::<Pod>::all(client), pending).run(reconcile, error_policy, context).for_each(
+        |result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "scheduler");
+            }
+        },
+    );
+    tokio::join!(node_feed, pod_feed, scheduling);
+}
+
+fn error_policy(_: Arc<Pod>, error: &kube::Error, _: Arc<Context>) -> Action {
+    tracing::debug!(%error, "scheduling a pod");
+    Action::requeue(Duration::from_secs(1))
+}
+
+async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, kube::Error> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    if spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
+        || spec.scheduler_name.as_deref().unwrap_or(SCHEDULER_NAME) != SCHEDULER_NAME
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(Action::await_change());
+    }
+    let _cycle = context.cycle.lock().await;
+    let nodes = context.nodes.state();
+    let pods = context.pods();
+    let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+    let api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    match choose(&pod, &nodes, &pods) {
+        Ok(node) => {
+            let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+                                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+            let bind: Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status, _> =
+                api.create_subresource("binding", &name, &PostParams::default(), &binding).await;
+            match bind {
+                Ok(_) => {
+                    tracing::debug!(pod = %name, %node, "bound");
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    context.assumed.lock().unwrap_or_else(|p| p.into_inner()).insert(uid, node);
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+                Err(error) => return Err(error),
+            }
+            Ok(Action::await_change())
+        }
+        Err(reasons) => {
+            let message = format!("0/{} nodes are available: {}.", nodes.len(), summarize(&reasons));
+            let already = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| {
+                c.type_ == "PodScheduled" && c.status == "False" && c.message.as_deref() == Some(message.as_str())
+            });
+            if !already {
+                let now = rfc3339_now();
+                let condition = json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": message, "lastProbeTime": null, "lastTransitionTime": now});
+                let patch = json!({"status": {"conditions": [condition]}});
+                match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(error) => return Err(error),
+                }
+                record_event(&context.client, &pod, &message).await;
+            }
+            Ok(Action::requeue(Duration::from_secs(2)))
+        }
+    }
+}
+
+async fn record_event(client: &Client, pod: &Pod, message: &str) {
+    let namespace = pod.namespace().unwrap_or_default();
+    let now = rfc3339_now();
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": format!("{}.", pod.name_any()), "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name_any(), "namespace": namespace,
+                           "uid": pod.uid()},
+        "reason": "FailedScheduling", "message": message, "type": "Warning",
+        "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    });
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &namespace);
+    if let Ok(event) = serde_json::from_value(event)
+        && let Err(error) = events.create(&PostParams::default(), &event).await
+    {
+        tracing::debug!(%error, "recording a scheduling event");
+    }
+}
+
+fn rfc3339_now() -> String {
+    let now = jiff::Timestamp::try_from(SystemTime::now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Requests of a pod (CPU in millicores, memory in bytes), summed over its containers.
+fn requests(pod: &Pod) -> (f64, f64) {
+    let mut total = (0.0, 0.0);
+    for container in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+        let requests = container.resources.as_ref().and_then(|r| r.requests.as_ref());
+        if let Some(cpu) = requests.and_then(|r| r.get("cpu")) {
+            total.0 += quantity(&cpu.0) * 1000.0;
+        }
+        if let Some(memory) = requests.and_then(|r| r.get("memory")) {
+            total.1 += quantity(&memory.0);
+        }
+    }
+    total
+}
+
+/// A Kubernetes quantity as a number (`100m` → 0.1, `1Gi` → 2³⁰, `1e3` → 1000); 0 when unreadable.
+pub fn quantity(text: &str) -> f64 {
+    let text = text.trim();
+    let split = text.find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E').unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let factor = match suffix {
+        "" => 1.0,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        _ => return 0.0,
+    };
+    number.parse::<f64>().map(|n| n * factor).unwrap_or(0.0)
+}
+
+/// Why a node was passed over, as kube-scheduler words it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Reason {
+    NotReady,
+    Unschedulable,
+    Selector,
+    Taint,
+    Cpu,
+    Memory,
+    Pods,
+}
+
+impl Reason {
+    fn text(self) -> &'static str {
+        match self {
+            Reason::NotReady => "node(s) were not ready",
+            Reason::Unschedulable => "node(s) were unschedulable",
+            Reason::Selector => "node(s) didn't match Pod's node affinity/selector",
+            Reason::Taint => "node(s) had untolerated taint(s)",
+            Reason::Cpu => "Insufficient cpu",
+            Reason::Memory => "Insufficient memory",
+            Reason::Pods => "Too many pods",
+        }
+    }
+}
+
+fn summarize(reasons: &[Reason]) -> String {
+    let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
+    for reason in reasons {
+        *counts.entry(*reason).or_default() += 1;
+    }
+    if counts.is_empty() {
+        return "no nodes registered".into();
+    }
+    counts.iter().map(|(reason, n)| format!("{n} {}", reason.text())).collect::<Vec<_>>().join(", ")
+}
+
+/// The node for `pod`, or why every node was passed over.
+fn choose(pod: &Pod, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Result<String, Vec<Reason>> {
+    let (cpu, memory) = requests(pod);
+    let mut reasons = Vec::new();
+    let mut best: Option<(f64, String)> = None;
+    for node in nodes {
+        let name = node.name_any();
+        let on_node: Vec<&Arc<Pod>> = pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+            .collect();
+        match fits(pod, node, &on_node, cpu, memory) {
+            Err(reason) => reasons.push(reason),
+            Ok(score) => {
+                if best.as_ref().is_none_or(|(s, n)| score < *s || (score == *s && name < *n)) {
+                    best = Some((score, name));
+                }
+            }
+        }
+    }
+    best.map(|(_, name)| name).ok_or(reasons)
+}
+
+/// Whether `pod` fits `node`; if so, how allocated the node would be (lower is better).
+fn fits(pod: &Pod, node: &Node, on_node: &[&Arc<Pod>], cpu: f64, memory: f64) -> Result<f64, Reason> {
+    let status = node.status.clone().unwrap_or_default();
+    let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+    if !ready {
+        return Err(Reason::NotReady);
+    }
+    let spec = node.spec.clone().unwrap_or_default();
+    if spec.unschedulable == Some(true) {
+        return Err(Reason::Unschedulable);
+    }
+    let labels = node.labels();
+    let pod_spec = pod.spec.clone().unwrap_or_default();
+    if !pod_spec.node_selector.iter().flatten().all(|(k, v)| labels.get(k) == Some(v)) || !affinity_allows(pod, labels)
+    {
+        return Err(Reason::Selector);
+    }
+    let tolerations = pod_spec.tolerations.unwrap_or_default();
+    let untolerated = spec.taints.iter().flatten().any(|taint| {
+        matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
+            && !tolerations.iter().any(|t| tolerates(t, &taint.key, taint.value.as_deref(), &taint.effect))
+    });
+    if untolerated {
+        return Err(Reason::Taint);
+    }
+    let allocatable = status.allocatable.unwrap_or_default();
+    let capacity = |name: &str| allocatable.get(name).map(|q| quantity(&q.0));
+    let (used_cpu, used_memory) = on_node.iter().fold((0.0, 0.0), |(c, m), p| {
+        let (pc, pm) = requests(p);
+        (c + pc, m + pm)
+    });
+    let cpu_capacity = capacity("cpu").map(|c| c * 1000.0);
+    let memory_capacity = capacity("memory");
+    let pod_capacity = capacity("pods").unwrap_or(110.0);
+    if cpu_capacity.is_some_and(|c| used_cpu + cpu > c) {
+        return Err(Reason::Cpu);
+    }
+    if memory_capacity.is_some_and(|m| used_memory + memory > m) {
+        return Err(Reason::Memory);
+    }
+    if on_node.len() as f64 + 1.0 > pod_capacity {
+        return Err(Reason::Pods);
+    }
+    // Least allocated: the larger of the CPU and memory fractions, with the pod count breaking ties.
+    let fraction = |used: f64, capacity: Option<f64>| capacity.filter(|c| *c > 0.0).map_or(0.0, |c| used / c);
+    let resources = fraction(used_cpu + cpu, cpu_capacity).max(fraction(used_memory + memory, memory_capacity));
+    Ok(resources + (on_node.len() as f64 + 1.0) / pod_capacity / 1000.0)
+}
+
+fn tolerates(toleration: &Toleration, key: &str, value: Option<&str>, effect: &str) -> bool {
+    let effect_ok = toleration.effect.as_deref().is_none_or(|e| e.is_empty() || e == effect);
+    let key_ok = toleration.key.as_deref().is_none_or(|k| k.is_empty() || k == key);
+    let value_ok = match toleration.operator.as_deref() {
+        Some("Exists") => true,
+        _ => toleration.value.as_deref().unwrap_or("") == value.unwrap_or(""),
+    };
+    effect_ok && key_ok && value_ok
+}
+
+/// `requiredDuringSchedulingIgnoredDuringExecution`: any one term must match all its expressions.
+fn affinity_allows(pod: &Pod, labels: &BTreeMap<String, String>) -> bool {
+    let required = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
+    let Some(required) = required else { return true };
+    required
+        .node_selector_terms
+        .iter()
+        .any(|term| term.match_expressions.iter().flatten().all(|e| requirement(e, labels)))
+}
+
+fn requirement(e: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let values = e.values.clone().unwrap_or_default();
+    let value = labels.get(&e.key);
+    match e.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) =
+                (value.and_then(|v| v.parse::<i64>().ok()), values.first().and_then(|b| b.parse::<i64>().ok()))
+            else {
+                return false;
+            };
+            if e.operator == "Gt" { v > bound } else { v < bound }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_read_as_kubernetes_writes_them() {
+        assert_eq!(quantity("100m"), 0.1);
+        assert_eq!(quantity("2"), 2.0);
+        assert_eq!(quantity("1Gi"), 1024f64.powi(3));
+        assert_eq!(quantity("500M"), 5e8);
+        assert_eq!(quantity("1e3"), 1000.0);
+        assert_eq!(quantity("bogus"), 0.0);
+    }
+
+    fn node(name: &str, labels: serde_json::Value, pods: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+                "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": pods},
+                           "conditions": [{"type": "Ready", "status": "True"}]}}))
+            .unwrap(),
+        )
+    }
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).unwrap()
+    }
+
+    #[test]
+    fn the_least_allocated_fitting_node_wins_and_misfits_say_why() {
+        let nodes = vec![node("a", json!({"zone": "x"}), "110"), node("b", json!({"zone": "y"}), "110")];
+        let busy: Arc<Pod> = Arc::new(pod(
+            json!({"nodeName": "a", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}),
+        ));
+        let wanted = pod(json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]}));
+        assert_eq!(choose(&wanted, &nodes, std::slice::from_ref(&busy)), Ok("b".to_string()));
+        let pinned = pod(json!({"nodeSelector": {"zone": "x"}, "containers": [{"name": "c"}]}));
+        assert_eq!(choose(&pinned, &nodes, std::slice::from_ref(&busy)), Ok("a".to_string()));
+        let nowhere = pod(json!({"nodeSelector": {"zone": "z"}, "containers": [{"name": "c"}]}));
+        assert_eq!(choose(&nowhere, &nodes, &[]), Err(vec![Reason::Selector, Reason::Selector]));
+        let huge = pod(json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]}));
+        assert_eq!(summarize(&choose(&huge, &nodes, &[]).unwrap_err()), "2 Insufficient cpu");
+    }
+}

@@ -1,0 +1,99 @@
+//! Workloads on a cluster of real `nest` processes — API server, controller-manager, scheduler and simulated nodes —
+//! driven with kubectl: ReplicaSets keep their pods, pods are scheduled where they fit and run on simulated nodes,
+//! and a pod that fits nowhere says why.
+
+mod common;
+
+use common::{Component, ControllerManager, Server, backends, eventually};
+use serde_json::Value;
+
+const REPLICASET: &str = r#"
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx, resources: {requests: {cpu: 100m}}}]}
+"#;
+
+/// The app=web pods: (name, node, phase, ready).
+fn pods(server: &Server) -> Vec<(String, String, String, bool)> {
+    let list = server.json(&["get", "pods", "-l", "app=web"]);
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let ready = p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (text(&p["metadata"]["name"]), text(&p["spec"]["nodeName"]), text(&p["status"]["phase"]), ready)
+        })
+        .collect()
+}
+
+fn running(server: &Server, n: usize) -> bool {
+    let pods = pods(server);
+    pods.len() == n && pods.iter().all(|(_, node, phase, ready)| !node.is_empty() && phase == "Running" && *ready)
+}
+
+#[test]
+fn replica_sets_keep_their_pods_running_on_simulated_nodes() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        let _controllers = ControllerManager::start(&server, "cm", 15);
+        let _scheduler = Component::run(&server, &["scheduler"]);
+        let _nodes = Component::run(&server, &["node", "--name", "sim", "--count", "2", "--start-delay-ms", "100"]);
+        eventually(30, "two Ready nodes", || {
+            server.ok(&["get", "nodes", "-l", "nest.dev/runtime=simulated", "-o", "name"]).lines().count() == 2
+        });
+
+        server.apply_manifest(REPLICASET);
+        eventually(30, "3 pods Running and Ready", || running(&server, 3));
+        // Spread by the least-allocated rule: both nodes are used.
+        let nodes: std::collections::BTreeSet<String> = pods(&server).into_iter().map(|p| p.1).collect();
+        assert_eq!(nodes.len(), 2, "{backend}: {nodes:?}");
+        let status = server.json(&["get", "rs", "web"])["status"].clone();
+        eventually(30, "the ReplicaSet's status", || {
+            server.json(&["get", "rs", "web"])["status"]["readyReplicas"] == 3
+        });
+        assert_eq!(status["replicas"], 3, "{backend}");
+
+        server.ok(&["scale", "rs", "web", "--replicas=5"]);
+        eventually(30, "5 pods Running", || running(&server, 5));
+        server.ok(&["scale", "rs", "web", "--replicas=1"]);
+        eventually(30, "1 pod left", || running(&server, 1));
+
+        // A pod deleted by hand is replaced.
+        let (survivor, ..) = pods(&server).remove(0);
+        server.ok(&["delete", "pod", &survivor, "--wait=false"]);
+        eventually(30, "a replacement", || running(&server, 1) && pods(&server)[0].0 != survivor);
+
+        // A pod that fits nowhere is told why.
+        server.ok(&["run", "lost", "--image=x", r#"--overrides={"spec":{"nodeSelector":{"zone":"nowhere"}}}"#]);
+        eventually(30, "PodScheduled=False", || {
+            server.ok(&[
+                "get",
+                "pod",
+                "lost",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].reason}",
+            ]) == "Unschedulable"
+        });
+        let events = server.ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=lost",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ]);
+        assert!(events.contains("FailedScheduling"), "{backend}: {events}");
+    }
+}
