@@ -7,7 +7,8 @@
 //!
 //! - [`namespace`]: empties a namespace being deleted, then finalizes it;
 //! - [`serviceaccount`]: the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace;
-//! - [`replicaset`]: pods for every ReplicaSet.
+//! - [`replicaset`]: pods for every ReplicaSet;
+//! - [`deployment`]: ReplicaSets for every Deployment, rolled from one template to the next.
 
 use std::future::Future;
 use std::path::Path;
@@ -15,10 +16,17 @@ use std::path::Path;
 use anyhow::Context;
 use kube::Client;
 
+pub mod deployment;
 pub mod leader;
 pub mod namespace;
 pub mod replicaset;
 pub mod serviceaccount;
+
+/// Now, as Kubernetes writes times (RFC 3339, seconds).
+pub(crate) fn rfc3339_now() -> String {
+    let now = jiff::Timestamp::try_from(std::time::SystemTime::now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
 
 /// The Lease the controller-manager's instances compete for.
 pub const LEASE: (&str, &str) = ("kube-system", "nest-controller-manager");
@@ -79,6 +87,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             namespace::run(client.clone()),
             serviceaccount::run(client.clone(), ca_pem),
             replicaset::run(client.clone()),
+            deployment::run(client.clone()),
         );
     };
     tokio::select! {

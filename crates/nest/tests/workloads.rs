@@ -97,3 +97,68 @@ fn replica_sets_keep_their_pods_running_on_simulated_nodes() {
         assert!(events.contains("FailedScheduling"), "{backend}: {events}");
     }
 }
+
+/// The app=web pods' images, and how many of them exist and are ready.
+fn census(server: &Server) -> (usize, usize, Vec<String>) {
+    let list = server.json(&["get", "pods", "-l", "app=web"]);
+    let items = list["items"].as_array().unwrap();
+    let ready = items
+        .iter()
+        .filter(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .count();
+    let images = items.iter().map(|p| p["spec"]["containers"][0]["image"].as_str().unwrap_or("").to_string()).collect();
+    (items.len(), ready, images)
+}
+
+fn set_image(server: &Server, image: &str) {
+    let patch = format!(r#"[{{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"{image}"}}]"#);
+    server.ok(&["patch", "deployment", "web", "--type=json", "-p", &patch]);
+}
+
+#[test]
+fn deployments_roll_out_within_their_surge_and_unavailability_and_undo() {
+    let (_, storage) = backends().remove(0);
+    let server = Server::start(&storage);
+    let _controllers = ControllerManager::start(&server, "cm", 15);
+    let _scheduler = Component::run(&server, &["scheduler"]);
+    let _nodes = Component::run(&server, &["node", "--name", "sim", "--count", "2", "--start-delay-ms", "300"]);
+
+    server.ok(&["create", "deployment", "web", "--image=nginx:1", "--replicas=3"]);
+    server.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    eventually(30, "3 pods Running", || running(&server, 3));
+    server.ok(&["scale", "deployment", "web", "--replicas=5"]);
+    eventually(30, "5 pods Running", || running(&server, 5));
+    server.ok(&["scale", "deployment", "web", "--replicas=4"]);
+    eventually(30, "4 pods Running", || running(&server, 4));
+
+    // Replicas 4, maxSurge and maxUnavailable 25%: at most 5 pods, at least 3 of them ready, all along.
+    set_image(&server, "nginx:2");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (count, ready, images) = census(&server);
+        assert!(count <= 5, "more pods than replicas + maxSurge: {count}");
+        assert!(ready >= 3, "fewer ready pods than replicas - maxUnavailable: {ready}");
+        if count == 4 && ready == 4 && images.iter().all(|i| i == "nginx:2") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the rollout did not finish: {images:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    server.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    let history = server.ok(&["rollout", "history", "deployment/web"]);
+    assert!(history.contains('1') && history.contains('2'), "{history}");
+
+    server.ok(&["rollout", "undo", "deployment/web"]);
+    eventually(60, "the previous template back", || {
+        let (count, ready, images) = census(&server);
+        count == 4 && ready == 4 && images.iter().all(|i| i == "nginx:1")
+    });
+    let replica_sets = server.ok(&["get", "replicasets", "-o", "name"]);
+    assert_eq!(replica_sets.lines().count(), 2, "one ReplicaSet per template: {replica_sets}");
+}

@@ -1,0 +1,389 @@
+//! Deployments, after kube-controller-manager's `deployment` controller (`pkg/controller/deployment`, 1.33): one
+//! ReplicaSet per pod template, named `<deployment>-<pod-template-hash>` and labelled with the hash; a template change
+//! rolls pods from the old ReplicaSets to the new one — with `RollingUpdate` within `maxSurge` above and
+//! `maxUnavailable` below the wanted replicas, with `Recreate` only once the old pods are gone. Revisions are
+//! numbered in the `deployment.kubernetes.io/revision` annotation (which `kubectl rollout history|undo` read); old
+//! ReplicaSets beyond `revisionHistoryLimit` are deleted; a paused Deployment is scaled but not rolled.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::replicaset::controller_of;
+
+/// The label (and selector term) that ties a ReplicaSet and its pods to one template.
+pub const HASH_LABEL: &str = "pod-template-hash";
+/// The annotation numbering revisions.
+pub const REVISION: &str = "deployment.kubernetes.io/revision";
+
+struct Context {
+    client: Client,
+}
+
+/// Runs the controller until `client`'s server goes away for good.
+pub async fn run(client: Client) {
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    let sets: Api<ReplicaSet> = Api::all(client.clone());
+    let context = Arc::new(Context { client });
+    Controller::new(deployments, watcher::Config::default())
+        .owns(sets, watcher::Config::default())
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "deployment controller");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_: Arc<Deployment>, error: &kube::Error, _: Arc<Context>) -> Action {
+    tracing::debug!(%error, "syncing a Deployment");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// The hash of a pod template: FNV-1a (64 bits) of its JSON without zero values (whose keys serde_json keeps sorted),
+/// written with the characters Kubernetes uses for generated names. It must never change between nest versions: a new hash for the
+/// same template would roll every Deployment.
+pub fn template_hash(template: &serde_json::Value) -> String {
+    let mut n: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in normalized(template).to_string().bytes() {
+        n ^= u64::from(byte);
+        n = n.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..10)
+        .map(|_| {
+            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+            n /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
+
+/// Whether `set` runs `template` (kube's `EqualIgnoreHash`: the templates are equal but for the hash label).
+fn same_template(template: &serde_json::Value, set: &ReplicaSet) -> bool {
+    let strip = |mut t: serde_json::Value| {
+        if let Some(labels) = t.pointer_mut("/metadata/labels").and_then(serde_json::Value::as_object_mut) {
+            labels.remove(HASH_LABEL);
+            if labels.is_empty() {
+                t["metadata"].as_object_mut().map(|m| m.remove("labels"));
+            }
+        }
+        t
+    };
+    let theirs =
+        set.spec.as_ref().and_then(|s| s.template.as_ref()).map(|t| serde_json::to_value(t).unwrap_or_default());
+    theirs.is_some_and(|theirs| normalized(&strip(theirs)) == normalized(&strip(template.clone())))
+}
+
+/// A template without its zero values (`false`, `0`, `""`, `null`, empty objects and lists), which clients write or
+/// leave out interchangeably: Go decodes both to the same struct, and kubectl's `rollout undo` re-encodes a
+/// ReplicaSet's template without them.
+fn normalized(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let zero = |v: &Value| match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    };
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), normalized(v))).filter(|(_, v)| !zero(v)).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(normalized).collect()),
+        other => other.clone(),
+    }
+}
+
+/// An int-or-percent of `total`, rounded up or down as kube does (`intstr.GetScaledValueFromIntOrPercent`).
+fn scaled(value: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
+    let value = value.cloned().unwrap_or(IntOrString::String(default.to_string()));
+    match value {
+        IntOrString::Int(n) => n,
+        IntOrString::String(s) => {
+            let percent: f64 = s.trim_end_matches('%').parse().unwrap_or(0.0);
+            let exact = percent * f64::from(total) / 100.0;
+            (if round_up { exact.ceil() } else { exact.floor() }) as i32
+        }
+    }
+}
+
+fn replicas_of(set: &ReplicaSet) -> i32 {
+    set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
+}
+
+fn available_of(set: &ReplicaSet) -> i32 {
+    set.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0)
+}
+
+fn revision_of(set: &ReplicaSet) -> i64 {
+    set.annotations().get(REVISION).and_then(|r| r.parse().ok()).unwrap_or(0)
+}
+
+async fn reconcile(deployment: Arc<Deployment>, context: Arc<Context>) -> Result<Action, kube::Error> {
+    if deployment.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let (namespace, name) = (deployment.namespace().unwrap_or_default(), deployment.name_any());
+    let Some(spec) = deployment.spec.clone() else { return Ok(Action::await_change()) };
+    let uid = deployment.uid().unwrap_or_default();
+    let sets_api: Api<ReplicaSet> = Api::namespaced(context.client.clone(), &namespace);
+    let mut sets: Vec<ReplicaSet> = sets_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| controller_of(&s.metadata).is_some_and(|o| o.uid == uid))
+        .collect();
+
+    // The ReplicaSet of the current template (whatever its name: a rollback brings back an older one), created if
+    // missing.
+    let mut template = serde_json::to_value(&spec.template).unwrap_or_default();
+    let existing = sets.iter().find(|s| same_template(&template, s)).map(|s| s.name_any());
+    let hash = template_hash(&template);
+    template["metadata"]["labels"][HASH_LABEL] = json!(hash);
+    let new_name = existing.unwrap_or_else(|| format!("{name}-{hash}"));
+    let wanted = spec.replicas.unwrap_or(1);
+    let max_revision = sets.iter().map(revision_of).max().unwrap_or(0);
+    if !sets.iter().any(|s| s.name_any() == new_name) {
+        if spec.paused == Some(true) {
+            return update_status(&context, &deployment, &sets, None).await;
+        }
+        let mut selector = serde_json::to_value(&spec.selector).unwrap_or_default();
+        selector["matchLabels"][HASH_LABEL] = json!(hash);
+        // A first ReplicaSet starts at full size; a later one grows as the rollout allows.
+        let initial = if sets.is_empty() { wanted } else { 0 };
+        let set = serde_json::from_value::<ReplicaSet>(json!({
+            "metadata": {
+                "name": new_name, "namespace": namespace,
+                "labels": template["metadata"]["labels"],
+                "annotations": {REVISION: (max_revision + 1).to_string()},
+                "ownerReferences": [owner_reference(&deployment)],
+            },
+            "spec": {"replicas": initial, "minReadySeconds": spec.min_ready_seconds.unwrap_or(0), "selector": selector,
+                     "template": template},
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        match sets_api.create(&PostParams::default(), &set).await {
+            Ok(created) => sets.push(created),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                return Ok(Action::requeue(Duration::from_millis(200)));
+            }
+            Err(error) => return Err(error),
+        }
+    } else if let Some(current) = sets.iter().find(|s| s.name_any() == new_name)
+        && revision_of(current) < max_revision
+    {
+        // Rolled back to an older template: it becomes the newest revision again.
+        let patch = json!({"metadata": {"annotations": {REVISION: (max_revision + 1).to_string()}}});
+        sets_api.patch(&new_name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
+
+    let (new, old): (Vec<ReplicaSet>, Vec<ReplicaSet>) = sets.iter().cloned().partition(|s| s.name_any() == new_name);
+    let new = new.into_iter().next();
+    if spec.paused != Some(true)
+        && let Some(new) = &new
+    {
+        let strategy = spec.strategy.clone().unwrap_or_default();
+        let mut changes: BTreeMap<String, i32> = BTreeMap::new();
+        if strategy.type_.as_deref() == Some("Recreate") {
+            for set in &old {
+                if replicas_of(set) != 0 {
+                    changes.insert(set.name_any(), 0);
+                }
+            }
+            let old_pods: i32 = old.iter().map(|s| s.status.as_ref().map_or(0, |st| st.replicas)).sum();
+            if old_pods == 0 && replicas_of(new) != wanted {
+                changes.insert(new.name_any(), wanted);
+            }
+        } else {
+            let rolling = strategy.rolling_update.unwrap_or_default();
+            let surge = scaled(rolling.max_surge.as_ref(), wanted, true, "25%");
+            let mut unavailable = scaled(rolling.max_unavailable.as_ref(), wanted, false, "25%");
+            if surge == 0 && unavailable == 0 {
+                unavailable = 1;
+            }
+            // Scale up the new ReplicaSet within the surge.
+            let total: i32 = sets.iter().map(replicas_of).sum();
+            let new_replicas = replicas_of(new);
+            let target = if old.iter().all(|s| replicas_of(s) == 0) {
+                wanted
+            } else {
+                (new_replicas + (wanted + surge - total).max(0)).min(wanted)
+            };
+            if target != new_replicas {
+                changes.insert(new.name_any(), target);
+            }
+            // Scale down old ones while enough pods stay available.
+            let available: i32 = sets.iter().map(available_of).sum();
+            let new_unavailable = (replicas_of(new).max(target) - available_of(new)).max(0);
+            let mut removable = (available - (wanted - unavailable) - new_unavailable).max(0);
+            // Old pods that are not available anyway can go at once.
+            let mut by_age = old.clone();
+            by_age.sort_by_key(revision_of);
+            for set in &by_age {
+                let replicas = replicas_of(set);
+                let idle = (replicas - available_of(set)).max(0);
+                let cut = (idle + removable).min(replicas);
+                if cut > 0 {
+                    changes.insert(set.name_any(), replicas - cut);
+                    removable -= (cut - idle).max(0);
+                }
+            }
+        }
+        for (set, replicas) in changes {
+            let patch = json!({"spec": {"replicas": replicas}});
+            match sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        // History: old, empty ReplicaSets beyond the limit go, oldest first.
+        let limit = usize::try_from(spec.revision_history_limit.unwrap_or(10)).unwrap_or(0);
+        let mut empty: Vec<&ReplicaSet> =
+            old.iter().filter(|s| replicas_of(s) == 0 && s.status.as_ref().map_or(0, |st| st.replicas) == 0).collect();
+        empty.sort_by_key(|s| revision_of(s));
+        for set in empty.iter().take(empty.len().saturating_sub(limit)) {
+            let _ = sets_api.delete(&set.name_any(), &DeleteParams::background()).await;
+        }
+    }
+    update_status(&context, &deployment, &sets, new.as_ref()).await
+}
+
+async fn update_status(
+    context: &Context,
+    deployment: &Deployment,
+    sets: &[ReplicaSet],
+    new: Option<&ReplicaSet>,
+) -> Result<Action, kube::Error> {
+    let spec = deployment.spec.clone().unwrap_or_default();
+    let wanted = spec.replicas.unwrap_or(1);
+    let count = |f: fn(&ReplicaSet) -> i32| sets.iter().map(f).sum::<i32>();
+    let replicas = count(|s| s.status.as_ref().map_or(0, |st| st.replicas));
+    let ready = count(|s| s.status.as_ref().and_then(|st| st.ready_replicas).unwrap_or(0));
+    let available = count(available_of);
+    let updated = new.and_then(|s| s.status.as_ref()).map_or(0, |st| st.replicas);
+    let rolling = spec.strategy.as_ref().and_then(|s| s.rolling_update.clone()).unwrap_or_default();
+    let max_unavailable = if spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate") {
+        0
+    } else {
+        scaled(rolling.max_unavailable.as_ref(), wanted, false, "25%")
+    };
+    let complete = updated == wanted && replicas == wanted && available == wanted;
+    let now = crate::rfc3339_now();
+    let condition = |kind: &str, status: bool, reason: &str, message: String| {
+        json!({"type": kind, "status": if status { "True" } else { "False" }, "reason": reason, "message": message,
+               "lastUpdateTime": now, "lastTransitionTime": now})
+    };
+    let name = deployment.name_any();
+    let new_name = new.map(|s| s.name_any()).unwrap_or_default();
+    let available_condition = if available >= wanted - max_unavailable {
+        condition("Available", true, "MinimumReplicasAvailable", "Deployment has minimum availability.".into())
+    } else {
+        condition(
+            "Available",
+            false,
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.".into(),
+        )
+    };
+    let progressing = if spec.paused == Some(true) {
+        condition("Progressing", false, "DeploymentPaused", "Deployment is paused".into())
+    } else if complete {
+        condition(
+            "Progressing",
+            true,
+            "NewReplicaSetAvailable",
+            format!("ReplicaSet \"{new_name}\" has successfully progressed."),
+        )
+    } else {
+        condition("Progressing", true, "ReplicaSetUpdated", format!("ReplicaSet \"{new_name}\" is progressing."))
+    };
+    // Keep the conditions' transition times when nothing changed, so the status settles.
+    let previous = deployment.status.clone().unwrap_or_default();
+    let same = |kind: &str, wanted: &serde_json::Value| {
+        previous.conditions.iter().flatten().any(|c| {
+            c.type_ == kind && c.status == wanted["status"] && c.reason.as_deref() == wanted["reason"].as_str()
+        })
+    };
+    let conditions_unchanged = same("Available", &available_condition) && same("Progressing", &progressing);
+    let numbers_unchanged = previous.replicas == Some(replicas)
+        && previous.ready_replicas.unwrap_or(0) == ready
+        && previous.available_replicas.unwrap_or(0) == available
+        && previous.updated_replicas.unwrap_or(0) == updated
+        && previous.observed_generation == deployment.metadata.generation;
+    if conditions_unchanged && numbers_unchanged {
+        return Ok(if complete { Action::await_change() } else { Action::requeue(Duration::from_secs(5)) });
+    }
+    let mut status = json!({
+        "replicas": replicas, "readyReplicas": ready, "availableReplicas": available, "updatedReplicas": updated,
+        "unavailableReplicas": (wanted - available).max(0), "observedGeneration": deployment.metadata.generation,
+    });
+    if !conditions_unchanged {
+        status["conditions"] = json!([available_condition, progressing]);
+    }
+    let deployments: Api<Deployment> =
+        Api::namespaced(context.client.clone(), &deployment.namespace().unwrap_or_default());
+    let revision = new.map(revision_of).unwrap_or(0);
+    if revision > 0 && deployment.annotations().get(REVISION) != Some(&revision.to_string()) {
+        let patch = json!({"metadata": {"annotations": {REVISION: revision.to_string()}}});
+        let _ = deployments.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+    }
+    match deployments.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(error) => return Err(error),
+    }
+    Ok(Action::await_change())
+}
+
+fn owner_reference(deployment: &Deployment) -> OwnerReference {
+    OwnerReference {
+        api_version: Deployment::api_version(&()).into_owned(),
+        kind: Deployment::kind(&()).into_owned(),
+        name: deployment.name_any(),
+        uid: deployment.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn surge_rounds_up_and_unavailability_down() {
+        let pct = |s: &str| Some(IntOrString::String(s.into()));
+        assert_eq!(scaled(pct("25%").as_ref(), 3, true, "25%"), 1);
+        assert_eq!(scaled(pct("25%").as_ref(), 3, false, "25%"), 0);
+        assert_eq!(scaled(Some(&IntOrString::Int(2)), 3, false, "25%"), 2);
+        assert_eq!(scaled(None, 10, true, "25%"), 3);
+    }
+
+    #[test]
+    fn template_hashes_are_stable_and_differ_by_template() {
+        let a = json!({"spec": {"containers": [{"name": "web", "image": "nginx:1"}]}});
+        let b = json!({"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}});
+        assert_eq!(template_hash(&a), template_hash(&a.clone()));
+        assert_ne!(template_hash(&a), template_hash(&b));
+        assert_eq!(template_hash(&a).len(), 10);
+        let noisy = json!({"metadata": {"creationTimestamp": null},
+                           "spec": {"containers": [{"name": "web", "image": "nginx:1", "stdin": false}]}});
+        assert_eq!(template_hash(&a), template_hash(&noisy), "zero values do not count");
+        // Fixed forever: a change would roll every Deployment on upgrade.
+        assert_eq!(template_hash(&json!({})), "l7t7jbdt44");
+    }
+}
