@@ -8,7 +8,8 @@
 //! - [`namespace`]: empties a namespace being deleted, then finalizes it;
 //! - [`serviceaccount`]: the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace;
 //! - [`replicaset`]: pods for every ReplicaSet;
-//! - [`deployment`]: ReplicaSets for every Deployment, rolled from one template to the next.
+//! - [`deployment`]: ReplicaSets for every Deployment, rolled from one template to the next;
+//! - [`garbage`]: the garbage collector (owner references, foreground and orphan deletion).
 
 use std::future::Future;
 use std::path::Path;
@@ -17,6 +18,7 @@ use anyhow::Context;
 use kube::Client;
 
 pub mod deployment;
+pub mod garbage;
 pub mod leader;
 pub mod namespace;
 pub mod replicaset;
@@ -88,6 +90,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             serviceaccount::run(client.clone(), ca_pem),
             replicaset::run(client.clone()),
             deployment::run(client.clone()),
+            garbage::run(client.clone()),
         );
     };
     tokio::select! {

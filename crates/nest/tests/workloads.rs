@@ -162,3 +162,51 @@ fn deployments_roll_out_within_their_surge_and_unavailability_and_undo() {
     let replica_sets = server.ok(&["get", "replicasets", "-o", "name"]);
     assert_eq!(replica_sets.lines().count(), 2, "one ReplicaSet per template: {replica_sets}");
 }
+
+/// How many ReplicaSets and pods of deployment `app` exist.
+fn owned_by(server: &Server, app: &str) -> (usize, usize) {
+    let selector = format!("app={app}");
+    let count = |kind: &str| server.ok(&["get", kind, "-l", &selector, "-o", "name"]).lines().count();
+    (count("replicasets"), count("pods"))
+}
+
+#[test]
+fn owners_take_their_dependents_along_as_the_propagation_policy_says() {
+    let (_, storage) = backends().remove(0);
+    let server = Server::start(&storage);
+    let _controllers = ControllerManager::start(&server, "cm", 15);
+    let _scheduler = Component::run(&server, &["scheduler"]);
+    let _nodes = Component::run(&server, &["node", "--name", "sim", "--start-delay-ms", "50"]);
+    for app in ["background", "orphan", "foreground"] {
+        server.ok(&["create", "deployment", app, "--image=nginx", "--replicas=2"]);
+        eventually(30, "the deployment's pods", || owned_by(&server, app) == (1, 2));
+    }
+
+    // Background (kubectl's default): the owner goes at once, its dependents after it.
+    server.ok(&["delete", "deployment", "background"]);
+    eventually(30, "the ReplicaSet and pods to be collected", || owned_by(&server, "background") == (0, 0));
+
+    // Orphan: the dependents stay, without the reference.
+    server.ok(&["delete", "deployment", "orphan", "--cascade=orphan"]);
+    eventually(30, "the orphaned Deployment to go", || {
+        !server.kubectl(&["get", "deployment", "orphan"]).status.success()
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(owned_by(&server, "orphan"), (1, 2), "orphaned dependents stay");
+    let rs = server.json(&["get", "replicasets", "-l", "app=orphan"]);
+    assert!(rs["items"][0]["metadata"].get("ownerReferences").is_none_or(|r| r.as_array().unwrap().is_empty()));
+
+    // Foreground: the owner stays, marked for deletion, until its blocking dependents are gone.
+    server.ok(&["delete", "deployment", "foreground", "--cascade=foreground", "--wait=false"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (sets, pods) = owned_by(&server, "foreground");
+        let owner = server.kubectl(&["get", "deployment", "foreground"]).status.success();
+        assert!(owner || sets == 0, "the owner went before its ReplicaSet");
+        if !owner && sets == 0 && pods == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "foreground deletion did not finish: {sets} {pods} {owner}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
