@@ -9,7 +9,8 @@
 //! - [`serviceaccount`]: the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace;
 //! - [`replicaset`]: pods for every ReplicaSet;
 //! - [`deployment`]: ReplicaSets for every Deployment, rolled from one template to the next;
-//! - [`garbage`]: the garbage collector (owner references, foreground and orphan deletion).
+//! - [`garbage`]: the garbage collector (owner references, foreground and orphan deletion);
+//! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady and tainted.
 
 use std::future::Future;
 use std::path::Path;
@@ -21,6 +22,7 @@ pub mod deployment;
 pub mod garbage;
 pub mod leader;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod replicaset;
 pub mod serviceaccount;
 
@@ -67,6 +69,8 @@ pub struct Options {
     pub lease_duration: std::time::Duration,
     /// Called once this instance leads.
     pub on_leading: Box<dyn FnOnce() + Send>,
+    /// How long a node may go without renewing its Lease before it is NotReady (`--node-monitor-grace-period`).
+    pub node_grace: std::time::Duration,
 }
 
 /// Runs the controller-manager: waits to lead, then runs every controller. Returns `Ok` when `shutdown` completes,
@@ -74,7 +78,7 @@ pub struct Options {
 /// acts without the Lease).
 pub async fn run(client: Client, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let Options { identity, ca_pem, lease_duration, on_leading } = options;
+    let Options { identity, ca_pem, lease_duration, on_leading, node_grace } = options;
     let mut election = leader::Election::new(client.clone(), LEASE.0, LEASE.1, identity.clone());
     election.lease_duration = lease_duration;
     election.renew_every = (lease_duration / 5).max(std::time::Duration::from_millis(200));
@@ -91,6 +95,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             replicaset::run(client.clone()),
             deployment::run(client.clone()),
             garbage::run(client.clone()),
+            nodelifecycle::run(client.clone(), node_grace),
         );
     };
     tokio::select! {

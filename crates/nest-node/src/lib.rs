@@ -118,6 +118,11 @@ async fn register(client: &Client, options: &Options) -> anyhow::Result<()> {
         }
         Err(error) => return Err(error.into()),
     }
+    report_ready(&nodes, options).await
+}
+
+/// Posts the node's status: capacity, addresses, and `Ready`.
+async fn report_ready(nodes: &Api<Node>, options: &Options) -> anyhow::Result<()> {
     let resources = json!({"cpu": options.cpu, "memory": options.memory, "pods": options.pods.to_string()});
     let condition = |kind: &str, status: &str, reason: &str| {
         json!({"type": kind, "status": status, "reason": reason, "lastHeartbeatTime": rfc3339_now(),
@@ -168,6 +173,19 @@ async fn heartbeat(client: &Client, options: &Options) -> anyhow::Result<()> {
         };
         if let Err(error) = result {
             tracing::warn!(%error, node = %options.name, "renewing the node lease");
+        }
+        // Back after an outage (the node lifecycle controller marked it NotReady): report Ready again.
+        let nodes: Api<Node> = Api::all(client.clone());
+        if let Ok(Some(node)) = nodes.get_opt(&options.name).await {
+            let ready = node
+                .status
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready && let Err(error) = report_ready(&nodes, options).await {
+                tracing::warn!(%error, node = %options.name, "reporting the node Ready");
+            }
         }
         tokio::time::sleep(options.lease_every).await;
     }

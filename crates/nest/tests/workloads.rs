@@ -210,3 +210,30 @@ fn owners_take_their_dependents_along_as_the_propagation_policy_says() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_node_whose_agent_stops_goes_not_ready_within_the_grace_period() {
+    let (_, storage) = backends().remove(0);
+    let server = Server::start(&storage);
+    let _controllers = Component::run(
+        &server,
+        &["controller-manager", "--identity", "cm", "--node-monitor-grace-period-seconds", "3"],
+    );
+    let _scheduler = Component::run(&server, &["scheduler"]);
+    let mut node =
+        Component::run(&server, &["node", "--name", "lone", "--lease-seconds", "1", "--start-delay-ms", "50"]);
+    server.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=1"]);
+    eventually(30, "the pod Running", || running(&server, 1));
+
+    node.kill();
+    let stopped = std::time::Instant::now();
+    let ready =
+        || server.ok(&["get", "node", "lone", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]);
+    eventually(20, "the node NotReady", || ready() == "Unknown");
+    // The Lease was last renewed up to a second before the kill; the controller looks every second.
+    let took = stopped.elapsed();
+    assert!(took <= std::time::Duration::from_secs(3 + 3), "NotReady after {took:?}, grace 3 s");
+    let taints = server.ok(&["get", "node", "lone", "-o", "jsonpath={.spec.taints[*].key}"]);
+    assert!(taints.contains("node.kubernetes.io/unreachable"), "{taints}");
+    eventually(20, "the pod not Ready", || pods(&server).iter().all(|(_, _, _, ready)| !ready));
+}

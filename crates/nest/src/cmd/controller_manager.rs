@@ -13,6 +13,9 @@ pub struct Args {
     /// How long the leader Lease stays held without renewal; another instance takes over after that.
     #[arg(long, value_name = "SECONDS", default_value_t = 15)]
     lease_duration_seconds: u64,
+    /// How long a node may go without renewing its Lease before it is marked NotReady.
+    #[arg(long, value_name = "SECONDS", default_value_t = 40)]
+    node_monitor_grace_period_seconds: u64,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -26,6 +29,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ca_pem,
         lease_duration: std::time::Duration::from_secs(args.lease_duration_seconds.max(1)),
         on_leading: Box::new(move || eprintln!("nest controller-manager: {leading} is leading")),
+        node_grace: std::time::Duration::from_secs(args.node_monitor_grace_period_seconds),
     };
     nest_controllers::run(client, options, super::shutdown_signal()).await?;
     eprintln!("nest controller-manager: stopped");

@@ -52,6 +52,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ca_pem,
         lease_duration: std::time::Duration::from_secs(15),
         on_leading: Box::new(|| {}),
+        node_grace: std::time::Duration::from_secs(40),
     };
     let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
     tokio::spawn(nest_scheduler::run(client.clone()));
