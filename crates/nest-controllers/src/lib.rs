@@ -10,7 +10,8 @@
 //! - [`replicaset`]: pods for every ReplicaSet;
 //! - [`deployment`]: ReplicaSets for every Deployment, rolled from one template to the next;
 //! - [`garbage`]: the garbage collector (owner references, foreground and orphan deletion);
-//! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady and tainted.
+//! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady and tainted;
+//! - [`job`]: pods for every Job until it completes or fails.
 
 use std::future::Future;
 use std::path::Path;
@@ -20,6 +21,7 @@ use kube::Client;
 
 pub mod deployment;
 pub mod garbage;
+pub mod job;
 pub mod leader;
 pub mod namespace;
 pub mod nodelifecycle;
@@ -96,6 +98,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             deployment::run(client.clone()),
             garbage::run(client.clone()),
             nodelifecycle::run(client.clone(), node_grace),
+            job::run(client.clone()),
         );
     };
     tokio::select! {

@@ -237,3 +237,63 @@ fn a_node_whose_agent_stops_goes_not_ready_within_the_grace_period() {
     assert!(taints.contains("node.kubernetes.io/unreachable"), "{taints}");
     eventually(20, "the pod not Ready", || pods(&server).iter().all(|(_, _, _, ready)| !ready));
 }
+
+const JOBS: &str = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: batch, namespace: default}
+spec:
+  completions: 3
+  parallelism: 2
+  template:
+    metadata: {annotations: {nest.dev/exit-code: "0"}}
+    spec: {restartPolicy: Never, containers: [{name: work, image: busybox}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: doomed, namespace: default}
+spec:
+  backoffLimit: 1
+  template:
+    metadata: {annotations: {nest.dev/exit-code: "1"}}
+    spec: {restartPolicy: Never, containers: [{name: work, image: busybox}]}
+"#;
+
+#[test]
+fn jobs_complete_within_their_parallelism_or_fail_past_their_backoff_limit() {
+    let (_, storage) = backends().remove(0);
+    let server = Server::start(&storage);
+    let _controllers = ControllerManager::start(&server, "cm", 15);
+    let _scheduler = Component::run(&server, &["scheduler"]);
+    let _nodes = Component::run(&server, &["node", "--name", "sim", "--start-delay-ms", "200"]);
+    server.apply_manifest(JOBS);
+
+    let mut most_running = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let pods = server.json(&["get", "pods", "-l", "job-name=batch"]);
+        let items = pods["items"].as_array().unwrap();
+        let running =
+            items.iter().filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))).count();
+        most_running = most_running.max(running);
+        let job = server.json(&["get", "job", "batch"]);
+        let complete = job["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True");
+        if complete {
+            assert_eq!(job["status"]["succeeded"], 3);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the Job did not complete: {}", job["status"]);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(most_running <= 2, "{most_running} pods ran at once, parallelism is 2");
+    assert_eq!(server.ok(&["get", "pods", "-l", "job-name=batch", "-o", "name"]).lines().count(), 3);
+    server.ok(&["wait", "--for=condition=complete", "job/batch", "--timeout=10s"]);
+
+    server.ok(&["wait", "--for=condition=failed", "job/doomed", "--timeout=60s"]);
+    let doomed = server.json(&["get", "job", "doomed"]);
+    assert_eq!(doomed["status"]["failed"], 2, "backoffLimit 1: two failures");
+}

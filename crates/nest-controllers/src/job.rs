@@ -1,0 +1,182 @@
+//! Jobs, after kube-controller-manager's `job` controller (`pkg/controller/job`, 1.33), for non-indexed Jobs: up to
+//! `parallelism` pods at a time until `completions` of them have succeeded (the Job is then `Complete`), or until
+//! more than `backoffLimit` have failed (the Job is then `Failed`, reason `BackoffLimitExceeded`); a suspended Job has
+//! no pods. Pods carry the `job-name` and `controller-uid` labels, as kube's do.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::replicaset::{controller_of, is_active, is_ready};
+
+struct Context {
+    client: Client,
+}
+
+/// Runs the controller until `client`'s server goes away for good.
+pub async fn run(client: Client) {
+    let jobs: Api<Job> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let context = Arc::new(Context { client });
+    Controller::new(jobs, watcher::Config::default())
+        .owns(pods, watcher::Config::default())
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "job controller");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_: Arc<Job>, error: &kube::Error, _: Arc<Context>) -> Action {
+    tracing::debug!(%error, "syncing a Job");
+    Action::requeue(Duration::from_secs(1))
+}
+
+fn finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action, kube::Error> {
+    if job.metadata.deletion_timestamp.is_some() || finished(&job) {
+        return Ok(Action::await_change());
+    }
+    let (namespace, name) = (job.namespace().unwrap_or_default(), job.name_any());
+    let uid = job.uid().unwrap_or_default();
+    let spec = job.spec.clone().unwrap_or_default();
+    let pods_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let pods: Vec<Pod> = pods_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| controller_of(&p.metadata).is_some_and(|o| o.uid == uid))
+        .collect();
+    let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i32;
+    let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i32;
+    let mut active: Vec<&Pod> = pods.iter().filter(|p| is_active(p)).collect();
+    let completions = spec.completions.unwrap_or(1);
+    let parallelism = spec.parallelism.unwrap_or(1);
+    let backoff_limit = spec.backoff_limit.unwrap_or(6);
+    let now = crate::rfc3339_now();
+
+    let mut conditions = Vec::new();
+    let mut completion_time = None;
+    if succeeded >= completions {
+        let condition = |kind: &str, reason: &str| {
+            json!({"type": kind, "status": "True", "reason": reason, "message": "Reached expected number of succeeded pods",
+                   "lastProbeTime": now, "lastTransitionTime": now})
+        };
+        conditions =
+            vec![condition("SuccessCriteriaMet", "CompletionsReached"), condition("Complete", "CompletionsReached")];
+        completion_time = Some(now.clone());
+    } else if failed > backoff_limit {
+        let condition = |kind: &str| {
+            json!({"type": kind, "status": "True", "reason": "BackoffLimitExceeded",
+                   "message": "Job has reached the specified backoff limit", "lastProbeTime": now, "lastTransitionTime": now})
+        };
+        conditions = vec![condition("FailureTarget"), condition("Failed")];
+    }
+    let wanted_active = if !conditions.is_empty() || spec.suspend == Some(true) {
+        0
+    } else {
+        parallelism.min(completions - succeeded).max(0) as usize
+    };
+
+    if active.len() < wanted_active {
+        let template = spec.template.clone();
+        let mut labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+        for (key, value) in [
+            ("batch.kubernetes.io/controller-uid", uid.as_str()),
+            ("batch.kubernetes.io/job-name", name.as_str()),
+            ("controller-uid", uid.as_str()),
+            ("job-name", name.as_str()),
+        ] {
+            labels.insert(key.to_string(), value.to_string());
+        }
+        let pod = Pod {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}-")),
+                labels: Some(labels),
+                annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
+                owner_references: Some(vec![owner_reference(&job)]),
+                ..Default::default()
+            },
+            spec: template.spec,
+            status: None,
+        };
+        let post = PostParams::default();
+        let creations = (active.len()..wanted_active).map(|_| pods_api.create(&post, &pod));
+        for created in futures_util::future::join_all(creations).await {
+            created?;
+        }
+    } else if active.len() > wanted_active {
+        active.sort_by_key(|p| is_ready(p));
+        let delete = DeleteParams::background();
+        for pod in &active[..active.len() - wanted_active] {
+            match pods_api.delete(&pod.name_any(), &delete).await {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        active.truncate(wanted_active);
+    }
+
+    let ready = pods.iter().filter(|p| is_active(p) && is_ready(p)).count();
+    let mut status = json!({
+        "active": if conditions.is_empty() { active.len().max(wanted_active) } else { 0 },
+        "succeeded": succeeded, "failed": failed, "ready": ready,
+        "startTime": job.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| json!(t)).unwrap_or(json!(now)),
+    });
+    if !conditions.is_empty() {
+        status["conditions"] = json!(conditions);
+    }
+    if let Some(at) = completion_time {
+        status["completionTime"] = json!(at);
+    }
+    let previous = job.status.clone().unwrap_or_default();
+    let unchanged = conditions.is_empty()
+        && previous.active.unwrap_or(0) == status["active"].as_i64().unwrap_or(0) as i32
+        && previous.succeeded.unwrap_or(0) == succeeded
+        && previous.failed.unwrap_or(0) == failed
+        && previous.ready.unwrap_or(0) == ready as i32
+        && previous.start_time.is_some();
+    if !unchanged {
+        let jobs: Api<Job> = Api::namespaced(context.client.clone(), &namespace);
+        match jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(Action::await_change())
+}
+
+fn owner_reference(job: &Job) -> OwnerReference {
+    OwnerReference {
+        api_version: Job::api_version(&()).into_owned(),
+        kind: Job::kind(&()).into_owned(),
+        name: job.name_any(),
+        uid: job.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
