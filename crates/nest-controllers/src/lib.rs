@@ -11,7 +11,8 @@
 //! - [`deployment`]: ReplicaSets for every Deployment, rolled from one template to the next;
 //! - [`garbage`]: the garbage collector (owner references, foreground and orphan deletion);
 //! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady and tainted;
-//! - [`job`]: pods for every Job until it completes or fails.
+//! - [`job`]: pods for every Job until it completes or fails;
+//! - [`endpoints`]: Endpoints and EndpointSlices for every Service with a selector.
 
 use std::future::Future;
 use std::path::Path;
@@ -20,6 +21,7 @@ use anyhow::Context;
 use kube::Client;
 
 pub mod deployment;
+pub mod endpoints;
 pub mod garbage;
 pub mod job;
 pub mod leader;
@@ -99,6 +101,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             garbage::run(client.clone()),
             nodelifecycle::run(client.clone(), node_grace),
             job::run(client.clone()),
+            endpoints::run(client.clone()),
         );
     };
     tokio::select! {

@@ -297,3 +297,34 @@ fn jobs_complete_within_their_parallelism_or_fail_past_their_backoff_limit() {
     let doomed = server.json(&["get", "job", "doomed"]);
     assert_eq!(doomed["status"]["failed"], 2, "backoffLimit 1: two failures");
 }
+
+#[test]
+fn services_get_endpoints_and_endpoint_slices_of_their_pods() {
+    let (_, storage) = backends().remove(0);
+    let server = Server::start(&storage);
+    let _controllers = ControllerManager::start(&server, "cm", 15);
+    let _scheduler = Component::run(&server, &["scheduler"]);
+    let _nodes = Component::run(&server, &["node", "--name", "sim", "--start-delay-ms", "50"]);
+    server.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=2", "--port=8080"]);
+    server.ok(&["expose", "deployment", "web", "--port=80", "--target-port=8080"]);
+
+    let addresses = || {
+        let endpoints = server.kubectl(&["get", "endpoints", "web", "-o", "json"]);
+        let endpoints: Value = serde_json::from_slice(&endpoints.stdout).unwrap_or(Value::Null);
+        let subset = &endpoints["subsets"][0];
+        (subset["addresses"].as_array().map_or(0, Vec::len), subset["ports"][0]["port"].as_i64())
+    };
+    eventually(30, "two ready addresses on port 8080", || addresses() == (2, Some(8080)));
+    let slices = server.json(&["get", "endpointslices", "-l", "kubernetes.io/service-name=web"]);
+    let endpoints = slices["items"][0]["endpoints"].as_array().unwrap();
+    assert_eq!(endpoints.len(), 2);
+    assert!(endpoints.iter().all(|e| e["conditions"]["ready"] == true), "{endpoints:?}");
+
+    server.ok(&["scale", "deployment", "web", "--replicas=3"]);
+    eventually(30, "three addresses", || addresses().0 == 3);
+    server.ok(&["delete", "service", "web"]);
+    eventually(30, "the Endpoints and EndpointSlice to go with the Service", || {
+        !server.kubectl(&["get", "endpoints", "web"]).status.success()
+            && server.ok(&["get", "endpointslices", "-o", "name"]).trim().is_empty()
+    });
+}

@@ -66,14 +66,14 @@ async fn etcd_url(_: &Args) -> anyhow::Result<Result<(String, Box<dyn std::any::
 }
 
 /// A `nest apiserver` child process.
-struct ApiServer {
+pub(super) struct ApiServer {
     child: tokio::process::Child,
     address: String,
-    data: tempfile::TempDir,
+    pub(super) data: tempfile::TempDir,
 }
 
 impl ApiServer {
-    async fn start(etcd: Option<&str>) -> anyhow::Result<ApiServer> {
+    pub(super) async fn start(etcd: Option<&str>) -> anyhow::Result<ApiServer> {
         let data = tempfile::tempdir()?;
         let mut command = tokio::process::Command::new(std::env::current_exe()?);
         command.args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path());
@@ -95,12 +95,17 @@ impl ApiServer {
         Ok(ApiServer { child, address, data })
     }
 
-    fn rss_mib(&self) -> Option<f64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()?)).ok()?;
-        let kib: f64 =
-            status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
-        Some(round(kib / 1024.0))
+    pub(super) fn rss_mib(&self) -> Option<f64> {
+        rss_mib(self.child.id()?)
     }
+}
+
+/// A process's resident memory in MiB, from `/proc`.
+pub(super) fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 =
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(round(kib / 1024.0))
 }
 
 /// HTTP/2 connections to the server, authenticated as `admin`.

@@ -3,6 +3,7 @@
 //! Benchmarks are commands, never timed tests: the machines are shared and noisy, so compare ratios within one run.
 
 mod api;
+mod cluster;
 mod stats;
 mod store;
 
@@ -16,12 +17,15 @@ pub enum Bench {
     Store(store::Args),
     /// The API server under vcluster's published load, on both backends.
     Api(api::Args),
+    /// A Deployment of 1,000 replicas on 10 simulated nodes: the time until every pod is Running.
+    Cluster(cluster::Args),
 }
 
 pub async fn run(which: Bench) -> anyhow::Result<()> {
     match which {
         Bench::Store(args) => store::run(args).await,
         Bench::Api(args) => api::run(args).await,
+        Bench::Cluster(args) => cluster::run(args).await,
     }
 }
 

@@ -1,0 +1,207 @@
+//! Endpoints and EndpointSlices, after kube-controller-manager's `endpoint` and `endpointslice` controllers (1.33):
+//! for every Service with a selector, the pods it selects that have an IP — ready ones as addresses, the others as
+//! not-ready addresses — with the Service's ports resolved against each pod (a named `targetPort` is looked up in the
+//! pod's container ports). The Endpoints object has the Service's name; the one EndpointSlice per Service is found
+//! by its `kubernetes.io/service-name` label. Both are owned by the Service, so the garbage collector removes them
+//! with it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::replicaset::is_ready;
+
+/// The label naming an EndpointSlice's Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+const MANAGED_BY: (&str, &str) = ("endpointslice.kubernetes.io/managed-by", "endpointslice-controller.k8s.io");
+
+struct Context {
+    client: Client,
+}
+
+/// Runs the controllers until `client`'s server goes away for good.
+pub async fn run(client: Client) {
+    let (services, writer) = reflector::store::<Service>();
+    let service_feed =
+        reflector::reflector(writer, watcher(Api::<Service>::all(client.clone()), watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {});
+    let selecting = services.clone();
+    let context = Arc::new(Context { client: client.clone() });
+    let endpoints = Controller::new(Api::<Service>::all(client.clone()), watcher::Config::default())
+        .watches(Api::<Pod>::all(client), watcher::Config::default(), move |pod| selecting_services(&selecting, &pod))
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "endpoints controller");
+            }
+        });
+    tokio::join!(service_feed, endpoints);
+}
+
+/// The Services in the pod's namespace whose selectors match it.
+fn selecting_services(services: &Store<Service>, pod: &Pod) -> Vec<ObjectRef<Service>> {
+    let namespace = pod.namespace();
+    services
+        .state()
+        .iter()
+        .filter(|s| s.namespace() == namespace)
+        .filter(|s| selects(s, pod.labels()))
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
+fn selects(service: &Service, labels: &BTreeMap<String, String>) -> bool {
+    let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
+    selector.is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+fn error_policy(_: Arc<Service>, error: &kube::Error, _: Arc<Context>) -> Action {
+    tracing::debug!(%error, "syncing a Service's endpoints");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// The port a Service port reaches on `pod`, if it has it.
+fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pod: &Pod) -> Option<i32> {
+    match &port.target_port {
+        None => Some(port.port),
+        Some(IntOrString::Int(n)) => Some(*n),
+        Some(IntOrString::String(name)) => pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .map(|p| p.container_port),
+    }
+}
+
+async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Action, kube::Error> {
+    let spec = service.spec.clone().unwrap_or_default();
+    if service.metadata.deletion_timestamp.is_some() || spec.selector.as_ref().is_none_or(BTreeMap::is_empty) {
+        return Ok(Action::await_change());
+    }
+    let (namespace, name) = (service.namespace().unwrap_or_default(), service.name_any());
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let selected: Vec<Pod> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| selects(&service, p.labels()))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()).is_some_and(|ip| !ip.is_empty()))
+        .collect();
+    let ports = spec.ports.clone().unwrap_or_default();
+
+    // Endpoints: pods grouped by the ports they resolve to.
+    let mut subsets: BTreeMap<String, Subset> = BTreeMap::new();
+    let mut slice_endpoints = Vec::new();
+    let mut slice_ports: Vec<Value> = Vec::new();
+    for pod in &selected {
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let target = json!({"kind": "Pod", "name": pod.name_any(), "namespace": namespace, "uid": pod.uid()});
+        let resolved: Vec<Value> = ports
+            .iter()
+            .filter_map(|p| {
+                target_port(p, pod).map(|port| {
+                    json!({"name": p.name.clone().unwrap_or_default(), "port": port,
+                           "protocol": p.protocol.clone().unwrap_or_else(|| "TCP".into())})
+                })
+            })
+            .collect();
+        let key = serde_json::to_string(&resolved).unwrap_or_default();
+        let entry = subsets.entry(key).or_insert_with(|| (Vec::new(), Vec::new(), resolved.clone()));
+        let address = json!({"ip": ip, "nodeName": node, "targetRef": target});
+        if is_ready(pod) {
+            entry.0.push(address)
+        } else {
+            entry.1.push(address)
+        }
+        if slice_ports.is_empty() {
+            slice_ports = resolved.clone();
+        }
+        slice_endpoints.push(json!({
+            "addresses": [ip], "nodeName": node, "targetRef": target,
+            "conditions": {"ready": is_ready(pod), "serving": is_ready(pod), "terminating": false},
+        }));
+    }
+    let subsets: Vec<Value> = subsets
+        .into_values()
+        .map(|(ready, not_ready, ports)| {
+            let mut subset = json!({"ports": ports});
+            if !ready.is_empty() {
+                subset["addresses"] = json!(ready);
+            }
+            if !not_ready.is_empty() {
+                subset["notReadyAddresses"] = json!(not_ready);
+            }
+            subset
+        })
+        .collect();
+    let owner = json!([{"apiVersion": "v1", "kind": "Service", "name": name, "uid": service.uid(),
+                         "controller": true, "blockOwnerDeletion": true}]);
+
+    let endpoints_api: Api<Endpoints> = Api::namespaced(context.client.clone(), &namespace);
+    let wanted = json!({"apiVersion": "v1", "kind": "Endpoints",
+                        "metadata": {"name": name, "namespace": namespace, "labels": service.labels(),
+                                     "ownerReferences": owner},
+                        "subsets": subsets});
+    let current = endpoints_api.get_opt(&name).await?;
+    let current_subsets = current.as_ref().map(|e| serde_json::to_value(&e.subsets).unwrap_or_default());
+    let wanted_subsets = if subsets.is_empty() { Value::Null } else { wanted["subsets"].clone() };
+    if current_subsets.as_ref() != Some(&wanted_subsets) {
+        let mut endpoints: Endpoints = serde_json::from_value(wanted).map_err(kube::Error::SerdeError)?;
+        match current {
+            None => ignore_conflict(endpoints_api.create(&PostParams::default(), &endpoints).await)?,
+            Some(current) => {
+                endpoints.metadata.resource_version = current.metadata.resource_version;
+                ignore_conflict(endpoints_api.replace(&name, &PostParams::default(), &endpoints).await)?
+            }
+        }
+    }
+
+    let slices: Api<EndpointSlice> = Api::namespaced(context.client.clone(), &namespace);
+    let existing = slices.list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}"))).await?.items;
+    let wanted = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"generateName": format!("{name}-"), "namespace": namespace,
+                     "labels": {SERVICE_NAME_LABEL: name, MANAGED_BY.0: MANAGED_BY.1}, "ownerReferences": owner},
+        "addressType": "IPv4", "endpoints": slice_endpoints, "ports": slice_ports,
+    });
+    let mut slice: EndpointSlice = serde_json::from_value(wanted).map_err(kube::Error::SerdeError)?;
+    match existing.into_iter().next() {
+        None => ignore_conflict(slices.create(&PostParams::default(), &slice).await)?,
+        Some(current) if current.endpoints != slice.endpoints || current.ports != slice.ports => {
+            slice.metadata.name = current.metadata.name.clone();
+            slice.metadata.generate_name = None;
+            slice.metadata.resource_version = current.metadata.resource_version.clone();
+            ignore_conflict(slices.replace(&current.name_any(), &PostParams::default(), &slice).await)?
+        }
+        Some(_) => {}
+    }
+    Ok(Action::await_change())
+}
+
+/// One Endpoints subset being built: ready addresses, not-ready addresses, ports.
+type Subset = (Vec<Value>, Vec<Value>, Vec<Value>);
+
+fn ignore_conflict<T>(result: kube::Result<T>) -> kube::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
