@@ -12,7 +12,8 @@
 //! - [`garbage`]: the garbage collector (owner references, foreground and orphan deletion);
 //! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady and tainted;
 //! - [`job`]: pods for every Job until it completes or fails;
-//! - [`endpoints`]: Endpoints and EndpointSlices for every Service with a selector.
+//! - [`endpoints`]: Endpoints and EndpointSlices for every Service with a selector;
+//! - [`daemonset`]: one pod per eligible node for every DaemonSet.
 
 use std::future::Future;
 use std::path::Path;
@@ -20,6 +21,7 @@ use std::path::Path;
 use anyhow::Context;
 use kube::Client;
 
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod garbage;
@@ -102,6 +104,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             nodelifecycle::run(client.clone(), node_grace),
             job::run(client.clone()),
             endpoints::run(client.clone()),
+            daemonset::run(client.clone()),
         );
     };
     tokio::select! {

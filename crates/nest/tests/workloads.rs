@@ -328,3 +328,57 @@ fn services_get_endpoints_and_endpoint_slices_of_their_pods() {
             && server.ok(&["get", "endpointslices", "-o", "name"]).trim().is_empty()
     });
 }
+
+const DAEMONSET: &str = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: agent:1}]}
+"#;
+
+#[test]
+fn a_daemon_set_puts_one_pod_on_each_node() {
+    let (_, storage) = backends().remove(0);
+    let server = Server::start(&storage);
+    let _controllers = ControllerManager::start(&server, "cm", 15);
+    let _nodes = Component::run(&server, &["node", "--name", "sim", "--count", "3", "--start-delay-ms", "50"]);
+    eventually(30, "three nodes", || server.ok(&["get", "nodes", "-o", "name"]).lines().count() == 3);
+    server.apply_manifest(DAEMONSET);
+
+    let placement = || -> Vec<(String, bool)> {
+        let pods = server.json(&["get", "pods", "-l", "app=agent"]);
+        let mut placed: Vec<(String, bool)> = pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let ready = p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                (p["spec"]["nodeName"].as_str().unwrap_or("").to_string(), ready)
+            })
+            .collect();
+        placed.sort();
+        placed
+    };
+    let expected: Vec<(String, bool)> = ["sim-0", "sim-1", "sim-2"].iter().map(|n| (n.to_string(), true)).collect();
+    eventually(30, "one Ready pod per node", || placement() == expected);
+    eventually(30, "the DaemonSet's status", || server.json(&["get", "ds", "agent"])["status"]["numberReady"] == 3);
+
+    // A new template replaces the pods, one node at a time, ending with one new pod per node.
+    let patch = r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"agent:2"}]"#;
+    server.ok(&["patch", "ds", "agent", "--type=json", "-p", patch]);
+    eventually(60, "every node running the new template", || {
+        let pods = server.json(&["get", "pods", "-l", "app=agent"]);
+        let items = pods["items"].as_array().unwrap();
+        items.len() == 3
+            && items.iter().all(|p| p["spec"]["containers"][0]["image"] == "agent:2")
+            && placement() == expected
+    });
+}

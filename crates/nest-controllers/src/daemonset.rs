@@ -1,0 +1,208 @@
+//! DaemonSets, after kube-controller-manager's `daemon` controller (`pkg/controller/daemon`, 1.33): one pod on every
+//! node the pod template's `nodeSelector` and required node affinity allow and whose `NoSchedule`/`NoExecute` taints
+//! it tolerates, placed on its node directly; pods on nodes that no longer qualify are deleted. A template change
+//! replaces pods one node at a time (`RollingUpdate` with `maxUnavailable` 1) or waits for them to be deleted
+//! (`OnDelete`). Like kube, daemon pods tolerate the node-condition taints (`not-ready`, `unreachable`, pressure,
+//! `unschedulable`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::replicaset::{controller_of, is_active, is_ready};
+
+/// The label recording which template generation a daemon pod was made from.
+pub const GENERATION_LABEL: &str = "pod-template-generation";
+
+struct Context {
+    client: Client,
+}
+
+/// Runs the controller until `client`'s server goes away for good. DaemonSets are looked at again every few seconds,
+/// which is how new nodes are noticed.
+pub async fn run(client: Client) {
+    let sets: Api<DaemonSet> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let context = Arc::new(Context { client });
+    Controller::new(sets, watcher::Config::default())
+        .owns(pods, watcher::Config::default())
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "daemonset controller");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_: Arc<DaemonSet>, error: &kube::Error, _: Arc<Context>) -> Action {
+    tracing::debug!(%error, "syncing a DaemonSet");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// The tolerations kube-controller-manager adds to every daemon pod.
+fn daemon_tolerations() -> Vec<Toleration> {
+    let toleration = |key: &str, effect: &str| Toleration {
+        key: Some(key.into()),
+        operator: Some("Exists".into()),
+        effect: Some(effect.into()),
+        ..Default::default()
+    };
+    vec![
+        toleration("node.kubernetes.io/not-ready", "NoExecute"),
+        toleration("node.kubernetes.io/unreachable", "NoExecute"),
+        toleration("node.kubernetes.io/disk-pressure", "NoSchedule"),
+        toleration("node.kubernetes.io/memory-pressure", "NoSchedule"),
+        toleration("node.kubernetes.io/pid-pressure", "NoSchedule"),
+        toleration("node.kubernetes.io/unschedulable", "NoSchedule"),
+    ]
+}
+
+/// Whether the daemon pod described by `template` belongs on `node`.
+fn eligible(set: &DaemonSet, node: &Node) -> bool {
+    let spec = set.spec.as_ref().and_then(|s| s.template.spec.clone()).unwrap_or_default();
+    let labels = node.labels();
+    if !spec.node_selector.iter().flatten().all(|(k, v)| labels.get(k) == Some(v)) {
+        return false;
+    }
+    let mut tolerations = spec.tolerations.unwrap_or_default();
+    tolerations.extend(daemon_tolerations());
+    node.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().all(|taint| {
+        !matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
+            || tolerations.iter().any(|t| {
+                t.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect)
+                    && t.key.as_deref().is_none_or(|k| k.is_empty() || k == taint.key)
+                    && (t.operator.as_deref() == Some("Exists")
+                        || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
+            })
+    })
+}
+
+async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Action, kube::Error> {
+    if set.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let (namespace, name) = (set.namespace().unwrap_or_default(), set.name_any());
+    let uid = set.uid().unwrap_or_default();
+    let generation = set.metadata.generation.unwrap_or(1).to_string();
+    let spec = set.spec.clone().unwrap_or_default();
+    let nodes: Vec<Node> = Api::<Node>::all(context.client.clone()).list(&ListParams::default()).await?.items;
+    let pods_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let pods: Vec<Pod> = pods_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| controller_of(&p.metadata).is_some_and(|o| o.uid == uid) && is_active(p))
+        .collect();
+    let mut by_node: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    for pod in &pods {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        by_node.entry(node).or_default().push(pod);
+    }
+    let wanted: Vec<&Node> = nodes.iter().filter(|n| eligible(&set, n)).collect();
+    let wanted_names: Vec<String> = wanted.iter().map(|n| n.name_any()).collect();
+
+    let mut deletions: Vec<String> = Vec::new();
+    for (node, on_node) in &by_node {
+        if !wanted_names.contains(node) {
+            deletions.extend(on_node.iter().map(|p| p.name_any()));
+        } else if on_node.len() > 1 {
+            deletions.extend(on_node[1..].iter().map(|p| p.name_any()));
+        }
+    }
+    // Rolling update: replace out-of-date pods while at most one daemon pod is unavailable.
+    let rolling = spec.update_strategy.as_ref().and_then(|s| s.type_.as_deref()) != Some("OnDelete");
+    let unavailable =
+        wanted_names.iter().filter(|n| !by_node.get(*n).is_some_and(|p| p.iter().any(|p| is_ready(p)))).count();
+    if rolling && unavailable == 0 {
+        let stale = pods.iter().find(|p| {
+            p.labels().get(GENERATION_LABEL) != Some(&generation)
+                && wanted_names.contains(&p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default())
+        });
+        if let Some(stale) = stale {
+            deletions.push(stale.name_any());
+        }
+    }
+    for pod in &deletions {
+        match pods_api.delete(pod, &DeleteParams::background()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+
+    let template = spec.template.clone();
+    let mut labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    labels.insert(GENERATION_LABEL.to_string(), generation.clone());
+    let missing: Vec<&String> = wanted_names.iter().filter(|n| !by_node.contains_key(*n)).collect();
+    for node in &missing {
+        let mut pod_spec = template.spec.clone().unwrap_or_default();
+        pod_spec.node_name = Some((*node).clone());
+        let mut tolerations = pod_spec.tolerations.take().unwrap_or_default();
+        tolerations.extend(daemon_tolerations());
+        pod_spec.tolerations = Some(tolerations);
+        let pod = Pod {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}-")),
+                labels: Some(labels.clone()),
+                annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
+                owner_references: Some(vec![owner_reference(&set)]),
+                ..Default::default()
+            },
+            spec: Some(pod_spec),
+            status: None,
+        };
+        pods_api.create(&PostParams::default(), &pod).await?;
+    }
+
+    let scheduled = wanted_names.iter().filter(|n| by_node.contains_key(*n)).count();
+    let ready = wanted_names.iter().filter(|n| by_node.get(*n).is_some_and(|p| p.iter().any(|p| is_ready(p)))).count();
+    let updated = pods.iter().filter(|p| p.labels().get(GENERATION_LABEL) == Some(&generation)).count();
+    let misscheduled = by_node.keys().filter(|n| !wanted_names.contains(n)).count();
+    let status = json!({"status": {
+        "desiredNumberScheduled": wanted.len(), "currentNumberScheduled": scheduled, "numberReady": ready,
+        "numberAvailable": ready, "numberUnavailable": wanted.len() - ready, "updatedNumberScheduled": updated,
+        "numberMisscheduled": misscheduled, "observedGeneration": set.metadata.generation,
+    }});
+    let current = serde_json::to_value(&set.status).unwrap_or_default();
+    let changed = [
+        "desiredNumberScheduled",
+        "currentNumberScheduled",
+        "numberReady",
+        "updatedNumberScheduled",
+        "numberMisscheduled",
+        "observedGeneration",
+    ]
+    .iter()
+    .any(|k| current[*k].as_i64().unwrap_or(0) != status["status"][*k].as_i64().unwrap_or(0));
+    if changed {
+        let sets: Api<DaemonSet> = Api::namespaced(context.client.clone(), &namespace);
+        match sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    // New nodes are noticed on the next look.
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
+fn owner_reference(set: &DaemonSet) -> OwnerReference {
+    OwnerReference {
+        api_version: DaemonSet::api_version(&()).into_owned(),
+        kind: DaemonSet::kind(&()).into_owned(),
+        name: set.name_any(),
+        uid: set.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
