@@ -9,14 +9,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::replicaset::{controller_of, is_active, is_ready};
@@ -24,30 +21,10 @@ use crate::replicaset::{controller_of, is_active, is_ready};
 /// The label recording which template generation a daemon pod was made from.
 pub const GENERATION_LABEL: &str = "pod-template-generation";
 
-struct Context {
-    client: Client,
-}
-
 /// Runs the controller until `client`'s server goes away for good. DaemonSets are looked at again every few seconds,
 /// which is how new nodes are noticed.
 pub async fn run(client: Client) {
-    let sets: Api<DaemonSet> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::all(client.clone());
-    let context = Arc::new(Context { client });
-    Controller::new(sets, watcher::Config::default())
-        .owns(pods, watcher::Config::default())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "daemonset controller");
-            }
-        })
-        .await;
-}
-
-fn error_policy(_: Arc<DaemonSet>, error: &kube::Error, _: Arc<Context>) -> Action {
-    tracing::debug!(%error, "syncing a DaemonSet");
-    Action::requeue(Duration::from_secs(1))
+    crate::run_owning::<DaemonSet, Pod, _, _>(client, reconcile, "daemonset").await;
 }
 
 /// The tolerations kube-controller-manager adds to every daemon pod.
@@ -88,7 +65,7 @@ fn eligible(set: &DaemonSet, node: &Node) -> bool {
     })
 }
 
-async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Action, kube::Error> {
+async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {
     if set.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -156,7 +133,7 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Action,
                 generate_name: Some(format!("{name}-")),
                 labels: Some(labels.clone()),
                 annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
-                owner_references: Some(vec![owner_reference(&set)]),
+                owner_references: Some(vec![crate::controller_reference(&*set)]),
                 ..Default::default()
             },
             spec: Some(pod_spec),
@@ -194,15 +171,4 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<Context>) -> Result<Action,
     }
     // New nodes are noticed on the next look.
     Ok(Action::requeue(Duration::from_secs(5)))
-}
-
-fn owner_reference(set: &DaemonSet) -> OwnerReference {
-    OwnerReference {
-        api_version: DaemonSet::api_version(&()).into_owned(),
-        kind: DaemonSet::kind(&()).into_owned(),
-        name: set.name_any(),
-        uid: set.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
 }

@@ -9,14 +9,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::replicaset::controller_of;
@@ -26,29 +23,9 @@ pub const HASH_LABEL: &str = "pod-template-hash";
 /// The annotation numbering revisions.
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 
-struct Context {
-    client: Client,
-}
-
 /// Runs the controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    let deployments: Api<Deployment> = Api::all(client.clone());
-    let sets: Api<ReplicaSet> = Api::all(client.clone());
-    let context = Arc::new(Context { client });
-    Controller::new(deployments, watcher::Config::default())
-        .owns(sets, watcher::Config::default())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "deployment controller");
-            }
-        })
-        .await;
-}
-
-fn error_policy(_: Arc<Deployment>, error: &kube::Error, _: Arc<Context>) -> Action {
-    tracing::debug!(%error, "syncing a Deployment");
-    Action::requeue(Duration::from_secs(1))
+    crate::run_owning::<Deployment, ReplicaSet, _, _>(client, reconcile, "deployment").await;
 }
 
 /// The hash of a pod template: FNV-1a (64 bits) of its JSON without zero values (whose keys serde_json keeps sorted),
@@ -133,7 +110,7 @@ fn revision_of(set: &ReplicaSet) -> i64 {
     set.annotations().get(REVISION).and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
-async fn reconcile(deployment: Arc<Deployment>, context: Arc<Context>) -> Result<Action, kube::Error> {
+async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {
     if deployment.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -171,7 +148,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<Context>) -> Result
                 "name": new_name, "namespace": namespace,
                 "labels": template["metadata"]["labels"],
                 "annotations": {REVISION: (max_revision + 1).to_string()},
-                "ownerReferences": [owner_reference(&deployment)],
+                "ownerReferences": [crate::controller_reference(&*deployment)],
             },
             "spec": {"replicas": initial, "minReadySeconds": spec.min_ready_seconds.unwrap_or(0), "selector": selector,
                      "template": template},
@@ -264,7 +241,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<Context>) -> Result
 }
 
 async fn update_status(
-    context: &Context,
+    context: &crate::Context,
     deployment: &Deployment,
     sets: &[ReplicaSet],
     new: Option<&ReplicaSet>,
@@ -347,17 +324,6 @@ async fn update_status(
         Err(error) => return Err(error),
     }
     Ok(Action::await_change())
-}
-
-fn owner_reference(deployment: &Deployment) -> OwnerReference {
-    OwnerReference {
-        api_version: Deployment::api_version(&()).into_owned(),
-        kind: Deployment::kind(&()).into_owned(),
-        name: deployment.name_any(),
-        uid: deployment.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
 }
 
 #[cfg(test)]

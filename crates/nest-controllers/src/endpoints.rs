@@ -41,13 +41,8 @@ pub async fn run(client: Client) {
     let context = Arc::new(Context { client: client.clone() });
     let endpoints = Controller::new(Api::<Service>::all(client.clone()), watcher::Config::default())
         .watches(Api::<Pod>::all(client), watcher::Config::default(), move |pod| selecting_services(&selecting, &pod))
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "endpoints controller");
-            }
-        });
-    tokio::join!(service_feed, endpoints);
+        .run(reconcile, error_policy, context);
+    tokio::join!(service_feed, crate::drive(endpoints, "endpoints"));
 }
 
 /// The Services in the pod's namespace whose selectors match it.

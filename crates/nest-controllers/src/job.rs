@@ -4,43 +4,19 @@
 //! no pods. Pods carry the `job-name` and `controller-uid` labels, as kube's do.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::replicaset::{controller_of, is_active, is_ready};
 
-struct Context {
-    client: Client,
-}
-
 /// Runs the controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    let jobs: Api<Job> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::all(client.clone());
-    let context = Arc::new(Context { client });
-    Controller::new(jobs, watcher::Config::default())
-        .owns(pods, watcher::Config::default())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "job controller");
-            }
-        })
-        .await;
-}
-
-fn error_policy(_: Arc<Job>, error: &kube::Error, _: Arc<Context>) -> Action {
-    tracing::debug!(%error, "syncing a Job");
-    Action::requeue(Duration::from_secs(1))
+    crate::run_owning::<Job, Pod, _, _>(client, reconcile, "job").await;
 }
 
 fn finished(job: &Job) -> bool {
@@ -56,7 +32,7 @@ fn phase(pod: &Pod) -> &str {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
 }
 
-async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action, kube::Error> {
+async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {
     if job.metadata.deletion_timestamp.is_some() || finished(&job) {
         return Ok(Action::await_change());
     }
@@ -118,7 +94,7 @@ async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action, kube:
                 generate_name: Some(format!("{name}-")),
                 labels: Some(labels),
                 annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
-                owner_references: Some(vec![owner_reference(&job)]),
+                owner_references: Some(vec![crate::controller_reference(&*job)]),
                 ..Default::default()
             },
             spec: template.spec,
@@ -168,15 +144,4 @@ async fn reconcile(job: Arc<Job>, context: Arc<Context>) -> Result<Action, kube:
         }
     }
     Ok(Action::await_change())
-}
-
-fn owner_reference(job: &Job) -> OwnerReference {
-    OwnerReference {
-        api_version: Job::api_version(&()).into_owned(),
-        kind: Job::kind(&()).into_owned(),
-        name: job.name_any(),
-        uid: job.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
 }

@@ -18,7 +18,7 @@
 use std::future::Future;
 use std::path::Path;
 
-use anyhow::Context;
+use anyhow::Context as _;
 use kube::Client;
 
 pub mod daemonset;
@@ -31,6 +31,68 @@ pub mod namespace;
 pub mod nodelifecycle;
 pub mod replicaset;
 pub mod serviceaccount;
+
+/// The reference a controller puts on what it creates: it is the controller, and a foreground deletion of it waits
+/// for the object.
+pub(crate) fn controller_reference<K: kube::Resource<DynamicType = ()>>(
+    owner: &K,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    let reference = owner.controller_owner_ref(&()).unwrap_or_default();
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference { block_owner_deletion: Some(true), ..reference }
+}
+
+/// What every reconcile gets.
+pub(crate) struct Context {
+    pub client: Client,
+}
+
+/// Runs `reconcile` for every object of kind `K`, and again whenever an object of kind `Child` that it controls
+/// changes, until the watches end. A failed reconcile is logged and retried a second later.
+pub(crate) async fn run_owning<K, Child, F, Fut>(client: Client, reconcile: F, controller: &'static str)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    Child: kube::Resource<DynamicType = ()>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: FnMut(std::sync::Arc<K>, std::sync::Arc<Context>) -> Fut,
+    Fut: std::future::Future<Output = Result<kube::runtime::controller::Action, kube::Error>> + Send + 'static,
+{
+    use kube::runtime::{controller::Action, watcher};
+    let error_policy = move |_: std::sync::Arc<K>, error: &kube::Error, _: std::sync::Arc<Context>| {
+        tracing::debug!(%error, controller, "reconcile failed; retrying");
+        Action::requeue(std::time::Duration::from_secs(1))
+    };
+    let results = kube::runtime::Controller::new(kube::Api::<K>::all(client.clone()), watcher::Config::default())
+        .owns(kube::Api::<Child>::all(client.clone()), watcher::Config::default())
+        .run(reconcile, error_policy, std::sync::Arc::new(Context { client }));
+    drive(results, controller).await;
+}
+
+/// Runs a kube-runtime controller's stream until its watches end, logging failed reconciles (they are retried as the
+/// controller's error policy says).
+pub(crate) async fn drive<T, E: std::fmt::Display>(
+    results: impl futures_util::Stream<Item = Result<T, E>>,
+    controller: &'static str,
+) {
+    use futures_util::StreamExt;
+    results
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, controller, "reconcile failed");
+            }
+        })
+        .await;
+}
 
 /// Now, as Kubernetes writes times (RFC 3339, seconds).
 pub(crate) fn rfc3339_now() -> String {

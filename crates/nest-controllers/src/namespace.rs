@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::{Discovery, Scope, verbs};
@@ -25,14 +24,8 @@ struct Context {
 pub async fn run(client: Client) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let context = Arc::new(Context { client });
-    Controller::new(namespaces, watcher::Config::default())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "namespace controller");
-            }
-        })
-        .await;
+    let results = Controller::new(namespaces, watcher::Config::default()).run(reconcile, error_policy, context);
+    crate::drive(results, "namespace").await;
 }
 
 #[derive(Debug)]

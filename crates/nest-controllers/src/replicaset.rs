@@ -5,44 +5,21 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 /// At most this many pods are created or deleted per pass, as kube-controller-manager's `burstReplicas`.
 const BURST: usize = 500;
 
-struct Context {
-    client: Client,
-}
-
 /// Runs the controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    let sets: Api<ReplicaSet> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::all(client.clone());
-    let context = Arc::new(Context { client });
-    Controller::new(sets, watcher::Config::default())
-        .owns(pods, watcher::Config::default())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "replicaset controller");
-            }
-        })
-        .await;
-}
-
-fn error_policy(_: Arc<ReplicaSet>, error: &kube::Error, _: Arc<Context>) -> Action {
-    tracing::debug!(%error, "syncing a ReplicaSet");
-    Action::requeue(Duration::from_secs(1))
+    crate::run_owning::<ReplicaSet, Pod, _, _>(client, reconcile, "replicaset").await;
 }
 
 /// `metav1.FormatLabelSelector`: the selector as a query string.
@@ -98,7 +75,7 @@ pub fn is_ready(pod: &Pod) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-async fn reconcile(set: Arc<ReplicaSet>, context: Arc<Context>) -> Result<Action, kube::Error> {
+async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {
     if set.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -126,7 +103,7 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<Context>) -> Result<Action
             None if matches && is_active(&pod) && pod.metadata.deletion_timestamp.is_none() => {
                 // Adopt an orphan.
                 let mut references = pod.owner_references().to_vec();
-                references.push(owner_reference(&set));
+                references.push(crate::controller_reference(&*set));
                 let patch =
                     json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
                 if ignore_gone(pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)? {
@@ -148,7 +125,7 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<Context>) -> Result<Action
                 namespace: Some(namespace.clone()),
                 labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
                 annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
-                owner_references: Some(vec![owner_reference(&set)]),
+                owner_references: Some(vec![crate::controller_reference(&*set)]),
                 ..Default::default()
             },
             spec: template.spec,
@@ -200,17 +177,6 @@ fn deletion_rank(pod: &Pod) -> (u8, u8, u8, std::cmp::Reverse<String>) {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
     (u8::from(scheduled), u8::from(phase == "Running"), u8::from(is_ready(pod)), std::cmp::Reverse(created))
-}
-
-fn owner_reference(set: &ReplicaSet) -> OwnerReference {
-    OwnerReference {
-        api_version: ReplicaSet::api_version(&()).into_owned(),
-        kind: ReplicaSet::kind(&()).into_owned(),
-        name: set.name_any(),
-        uid: set.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
 }
 
 /// `Ok(true)` when done, `Ok(false)` when the object was already gone or changed (a 404 or 409: the watch brings the

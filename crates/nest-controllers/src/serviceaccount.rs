@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -30,7 +29,7 @@ pub async fn run(client: Client, ca_pem: String) {
     let configmaps: Api<ConfigMap> = Api::all(client.clone());
     let in_namespace = |object_namespace: Option<String>| object_namespace.map(|ns| ObjectRef::<Namespace>::new(&ns));
     let context = Arc::new(Context { client, ca_pem });
-    Controller::new(namespaces, watcher::Config::default())
+    let results = Controller::new(namespaces, watcher::Config::default())
         .watches(accounts, watcher::Config::default().fields("metadata.name=default"), move |sa| {
             in_namespace(sa.namespace())
         })
@@ -39,13 +38,8 @@ pub async fn run(client: Client, ca_pem: String) {
             watcher::Config::default().fields(&format!("metadata.name={ROOT_CA_CONFIGMAP}")),
             move |cm| in_namespace(cm.namespace()),
         )
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "service account controller");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, context);
+    crate::drive(results, "serviceaccount").await;
 }
 
 fn error_policy(_: Arc<Namespace>, error: &kube::Error, _: Arc<Context>) -> Action {

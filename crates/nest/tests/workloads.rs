@@ -19,6 +19,22 @@ spec:
     spec: {containers: [{name: web, image: nginx, resources: {requests: {cpu: 100m}}}]}
 "#;
 
+/// A cluster of processes on `storage`: API server, controller-manager, scheduler, and `nest node <node_args>`.
+fn cluster(storage: &common::Storage, node_args: &[&str]) -> (Server, [Component; 3]) {
+    let server = Server::start(storage);
+    let controllers = ControllerManager::start(&server, "cm", 15);
+    let scheduler = Component::run(&server, &["scheduler"]);
+    let mut args = vec!["node", "--name", "sim"];
+    args.extend_from_slice(node_args);
+    let nodes = Component::run(&server, &args);
+    (server, [controllers, scheduler, nodes])
+}
+
+/// Whether a pod's Ready condition is true.
+fn pod_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
 /// The app=web pods: (name, node, phase, ready).
 fn pods(server: &Server) -> Vec<(String, String, String, bool)> {
     let list = server.json(&["get", "pods", "-l", "app=web"]);
@@ -27,11 +43,7 @@ fn pods(server: &Server) -> Vec<(String, String, String, bool)> {
         .unwrap()
         .iter()
         .map(|p| {
-            let ready = p["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let ready = pod_ready(p);
             let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
             (text(&p["metadata"]["name"]), text(&p["spec"]["nodeName"]), text(&p["status"]["phase"]), ready)
         })
@@ -46,10 +58,7 @@ fn running(server: &Server, n: usize) -> bool {
 #[test]
 fn replica_sets_keep_their_pods_running_on_simulated_nodes() {
     for (backend, storage) in backends() {
-        let server = Server::start(&storage);
-        let _controllers = ControllerManager::start(&server, "cm", 15);
-        let _scheduler = Component::run(&server, &["scheduler"]);
-        let _nodes = Component::run(&server, &["node", "--name", "sim", "--count", "2", "--start-delay-ms", "100"]);
+        let (server, _cluster) = cluster(&storage, &["--count", "2", "--start-delay-ms", "100"]);
         eventually(30, "two Ready nodes", || {
             server.ok(&["get", "nodes", "-l", "nest.dev/runtime=simulated", "-o", "name"]).lines().count() == 2
         });
@@ -102,16 +111,7 @@ fn replica_sets_keep_their_pods_running_on_simulated_nodes() {
 fn census(server: &Server) -> (usize, usize, Vec<String>) {
     let list = server.json(&["get", "pods", "-l", "app=web"]);
     let items = list["items"].as_array().unwrap();
-    let ready = items
-        .iter()
-        .filter(|p| {
-            p["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-        .count();
+    let ready = items.iter().filter(|p| pod_ready(p)).count();
     let images = items.iter().map(|p| p["spec"]["containers"][0]["image"].as_str().unwrap_or("").to_string()).collect();
     (items.len(), ready, images)
 }
@@ -124,10 +124,7 @@ fn set_image(server: &Server, image: &str) {
 #[test]
 fn deployments_roll_out_within_their_surge_and_unavailability_and_undo() {
     let (_, storage) = backends().remove(0);
-    let server = Server::start(&storage);
-    let _controllers = ControllerManager::start(&server, "cm", 15);
-    let _scheduler = Component::run(&server, &["scheduler"]);
-    let _nodes = Component::run(&server, &["node", "--name", "sim", "--count", "2", "--start-delay-ms", "300"]);
+    let (server, _cluster) = cluster(&storage, &["--count", "2", "--start-delay-ms", "300"]);
 
     server.ok(&["create", "deployment", "web", "--image=nginx:1", "--replicas=3"]);
     server.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
@@ -173,10 +170,7 @@ fn owned_by(server: &Server, app: &str) -> (usize, usize) {
 #[test]
 fn owners_take_their_dependents_along_as_the_propagation_policy_says() {
     let (_, storage) = backends().remove(0);
-    let server = Server::start(&storage);
-    let _controllers = ControllerManager::start(&server, "cm", 15);
-    let _scheduler = Component::run(&server, &["scheduler"]);
-    let _nodes = Component::run(&server, &["node", "--name", "sim", "--start-delay-ms", "50"]);
+    let (server, _cluster) = cluster(&storage, &["--start-delay-ms", "50"]);
     for app in ["background", "orphan", "foreground"] {
         server.ok(&["create", "deployment", app, "--image=nginx", "--replicas=2"]);
         eventually(30, "the deployment's pods", || owned_by(&server, app) == (1, 2));
@@ -262,10 +256,7 @@ spec:
 #[test]
 fn jobs_complete_within_their_parallelism_or_fail_past_their_backoff_limit() {
     let (_, storage) = backends().remove(0);
-    let server = Server::start(&storage);
-    let _controllers = ControllerManager::start(&server, "cm", 15);
-    let _scheduler = Component::run(&server, &["scheduler"]);
-    let _nodes = Component::run(&server, &["node", "--name", "sim", "--start-delay-ms", "200"]);
+    let (server, _cluster) = cluster(&storage, &["--start-delay-ms", "200"]);
     server.apply_manifest(JOBS);
 
     let mut most_running = 0;
@@ -301,10 +292,7 @@ fn jobs_complete_within_their_parallelism_or_fail_past_their_backoff_limit() {
 #[test]
 fn services_get_endpoints_and_endpoint_slices_of_their_pods() {
     let (_, storage) = backends().remove(0);
-    let server = Server::start(&storage);
-    let _controllers = ControllerManager::start(&server, "cm", 15);
-    let _scheduler = Component::run(&server, &["scheduler"]);
-    let _nodes = Component::run(&server, &["node", "--name", "sim", "--start-delay-ms", "50"]);
+    let (server, _cluster) = cluster(&storage, &["--start-delay-ms", "50"]);
     server.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=2", "--port=8080"]);
     server.ok(&["expose", "deployment", "web", "--port=80", "--target-port=8080"]);
 
@@ -355,14 +343,7 @@ fn a_daemon_set_puts_one_pod_on_each_node() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|p| {
-                let ready = p["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
-                (p["spec"]["nodeName"].as_str().unwrap_or("").to_string(), ready)
-            })
+            .map(|p| (p["spec"]["nodeName"].as_str().unwrap_or("").to_string(), pod_ready(p)))
             .collect();
         placed.sort();
         placed
