@@ -1,5 +1,6 @@
-//! Request bodies: objects in JSON, YAML or protobuf ([`crate::protobuf`]), and patches. Everything a client sends passes through here before the
-//! registry sees it; every failure is a 4xx [`ApiError`]. `fuzz/` feeds these functions arbitrary input.
+//! Request bodies: objects in JSON, YAML or protobuf ([`crate::protobuf`]), and patches. Everything a client sends
+//! passes through here before the registry sees it; every failure is a 4xx [`ApiError`]. `fuzz/` feeds these
+//! functions arbitrary input.
 
 use nest_registry::patch::{json_patch, merge_patch};
 use nest_registry::{ApiError, Result};

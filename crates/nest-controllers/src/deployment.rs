@@ -28,9 +28,9 @@ pub async fn run(client: Client) {
     crate::run_owning::<Deployment, ReplicaSet, _, _>(client, reconcile, "deployment").await;
 }
 
-/// The hash of a pod template: FNV-1a (64 bits) of its JSON without zero values (whose keys serde_json keeps sorted),
-/// written with the characters Kubernetes uses for generated names. It must never change between nest versions: a new hash for the
-/// same template would roll every Deployment.
+/// The hash of a pod template: FNV-1a (64 bits) of its JSON without zero values (whose keys serde_json keeps
+/// sorted), written with the characters Kubernetes uses for generated names. It must never change between nest
+/// versions: a new hash for the same template would roll every Deployment.
 pub fn template_hash(template: &serde_json::Value) -> String {
     let mut n: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in normalized(template).to_string().bytes() {

@@ -314,9 +314,8 @@ impl WatchCache {
         caught_up
     }
 
-    /// The objects of the resource under `prefix` whose keys start with `scope` (a namespace's prefix, or `prefix`
-    /// itself), after `start_after`, up to `limit`... all of them, since filters run on the result. `None` when the
-    /// cache cannot serve it and storage must.
+    /// Every object of the resource under `prefix` whose key starts with `scope` (a namespace's prefix, or `prefix`
+    /// itself), in key order; the caller filters and cuts. `None` when the cache cannot serve it and storage must.
     pub async fn snapshot(&self, prefix: &str, scope: &str) -> Option<Snapshot> {
         self.with_ready(prefix, |state, cache| Snapshot {
             revision: state.revision.max(cache.listed),

@@ -1,5 +1,6 @@
 //! The `/scale` subresource: an `autoscaling/v1` Scale read from and written into the object, at the paths its
-//! resource declares ([`ScalePaths`](crate::catalog::ScalePaths): fixed for the built-in workloads, from the CRD for custom resources).
+//! resource declares ([`ScalePaths`](crate::catalog::ScalePaths): fixed for the built-in workloads, from the CRD for
+//! custom resources).
 
 use serde_json::{Value, json};
 
