@@ -363,3 +363,48 @@ fn a_daemon_set_puts_one_pod_on_each_node() {
             && placement() == expected
     });
 }
+
+#[test]
+fn recreate_replaces_every_pod_at_once_and_a_paused_deployment_waits() {
+    let (_, storage) = backends().remove(0);
+    let (server, _cluster) = cluster(&storage, &["--count", "2", "--start-delay-ms", "200"]);
+    server.ok(&["create", "deployment", "web", "--image=nginx:1", "--replicas=3"]);
+    server.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}"#,
+    ]);
+    eventually(30, "3 pods Running", || running(&server, 3));
+
+    // Recreate: no new pod before every old one is gone.
+    set_image(&server, "nginx:2");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (count, ready, images) = census(&server);
+        assert!(
+            !(images.contains(&"nginx:1".to_string()) && images.contains(&"nginx:2".to_string())),
+            "old and new together: {images:?}"
+        );
+        if count == 3 && ready == 3 && images.iter().all(|i| i == "nginx:2") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the Recreate rollout did not finish: {images:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    // Paused: a template change makes no new pods until resumed. (`kubectl rollout pause|resume` send strategic merge
+    // patches, which nest does not serve yet; a merge patch sets the same field.)
+    let pause = |paused: bool| format!(r#"{{"spec":{{"paused":{paused}}}}}"#);
+    server.ok(&["patch", "deployment", "web", "--type=merge", "-p", &pause(true)]);
+    set_image(&server, "nginx:3");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(census(&server).2.iter().all(|i| i == "nginx:2"), "a paused Deployment rolled");
+    server.ok(&["patch", "deployment", "web", "--type=merge", "-p", &pause(false)]);
+    eventually(60, "the rollout after resuming", || {
+        let (count, ready, images) = census(&server);
+        count == 3 && ready == 3 && images.iter().all(|i| i == "nginx:3")
+    });
+}
