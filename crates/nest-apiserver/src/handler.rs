@@ -576,7 +576,15 @@ fn delete_options(query: &Query, content_type: &str, body: &[u8]) -> Result<Dele
     if propagation.is_none() && body.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
         propagation = Some("Orphan".into());
     }
+    let mut grace = body.get("gracePeriodSeconds").and_then(Value::as_i64);
+    if let Some(text) = query.get("gracePeriodSeconds").filter(|g| !g.is_empty()) {
+        let seconds = text.parse().map_err(|_| {
+            ApiError::bad_request(format!("gracePeriodSeconds: {text:?} is not a whole number of seconds"))
+        })?;
+        grace = Some(seconds);
+    }
     Ok(DeleteOptions {
+        grace_period_seconds: grace,
         propagation_policy: propagation,
         precondition_uid: preconditions.get("uid").and_then(text),
         precondition_resource_version: preconditions.get("resourceVersion").and_then(text),

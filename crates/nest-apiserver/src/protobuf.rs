@@ -51,6 +51,7 @@ messages!(
     ("apps", "v1", "ReplicaSet", apps::v1::ReplicaSet),
     ("apps", "v1", "StatefulSet", apps::v1::StatefulSet),
     ("apps", "v1", "DaemonSet", apps::v1::DaemonSet),
+    ("apps", "v1", "ControllerRevision", apps::v1::ControllerRevision),
     ("batch", "v1", "Job", batch::v1::Job),
     ("batch", "v1", "CronJob", batch::v1::CronJob),
     ("coordination.k8s.io", "v1", "Lease", coordination::v1::Lease),

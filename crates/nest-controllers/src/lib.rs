@@ -13,7 +13,9 @@
 //! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady and tainted;
 //! - [`job`]: pods for every Job until it completes or fails;
 //! - [`endpoints`]: Endpoints and EndpointSlices for every Service with a selector;
-//! - [`daemonset`]: one pod per eligible node for every DaemonSet.
+//! - [`daemonset`]: one pod per eligible node for every DaemonSet;
+//! - [`statefulset`]: pods with stable names and their own volume claims for every StatefulSet;
+//! - [`podgc`]: removes pods whose node is gone.
 
 use std::future::Future;
 use std::path::Path;
@@ -29,8 +31,10 @@ pub mod job;
 pub mod leader;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod podgc;
 pub mod replicaset;
 pub mod serviceaccount;
+pub mod statefulset;
 
 /// The reference a controller puts on what it creates: it is the controller, and a foreground deletion of it waits
 /// for the object.
@@ -167,6 +171,8 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             job::run(client.clone()),
             endpoints::run(client.clone()),
             daemonset::run(client.clone()),
+            statefulset::run(client.clone()),
+            podgc::run(client.clone()),
         );
     };
     tokio::select! {

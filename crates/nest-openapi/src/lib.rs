@@ -87,6 +87,7 @@ kinds!(
     apps::v1::ReplicaSet,
     apps::v1::StatefulSet,
     apps::v1::DaemonSet,
+    apps::v1::ControllerRevision,
     batch::v1::Job,
     batch::v1::CronJob,
     coordination::v1::Lease,

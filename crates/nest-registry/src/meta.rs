@@ -74,6 +74,12 @@ pub fn now_rfc3339() -> String {
     rfc3339(secs)
 }
 
+/// `seconds` from now as RFC 3339 (a deletionTimestamp is when the grace period ends).
+pub fn rfc3339_in(seconds: i64) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    rfc3339(now.saturating_add_signed(seconds))
+}
+
 /// Seconds since the epoch as RFC 3339 (civil-from-days, after Howard Hinnant's algorithm).
 pub fn rfc3339(secs: u64) -> String {
     let days = (secs / 86_400) as i64;

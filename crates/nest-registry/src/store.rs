@@ -90,6 +90,9 @@ pub struct DeleteOptions {
     pub precondition_uid: Option<String>,
     pub precondition_resource_version: Option<String>,
     pub dry_run: bool,
+    /// How long a pod's containers get to stop (`gracePeriodSeconds`); unset means the pod's own
+    /// `terminationGracePeriodSeconds`. Only pods are deleted gracefully.
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// Which part of an object an update may change.
@@ -781,7 +784,12 @@ impl Registry {
         expected: Revision,
     ) -> Result<Value> {
         let info = &resource.info;
-        if meta::is_deleting(&obj) && meta::finalizers(&obj).is_empty() && !namespace_waiting(info, &obj) {
+        let grace_pending = obj["metadata"]["deletionGracePeriodSeconds"].as_i64().is_some_and(|g| g > 0);
+        if meta::is_deleting(&obj)
+            && meta::finalizers(&obj).is_empty()
+            && !namespace_waiting(info, &obj)
+            && !grace_pending
+        {
             return match self.store.delete(key.as_bytes(), Some(expected)).await {
                 Ok(deleted) => {
                     self.after_remove(info, &obj).await;
@@ -976,7 +984,13 @@ impl Registry {
                     }
                 }
             }
-            let graceful = !finalizers.is_empty() || namespace_waiting(info, &obj);
+            // A pod on a node is deleted in two steps, as kube's pod strategy does: marked with a deletionTimestamp
+            // at the end of its grace period, then removed by its node (with a grace period of 0) once stopped.
+            let grace = pod_grace_period(info, &obj, options.grace_period_seconds);
+            let pending_grace = meta::is_deleting(&obj)
+                .then(|| obj["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0))
+                .filter(|pending| *pending > 0);
+            let graceful = !finalizers.is_empty() || namespace_waiting(info, &obj) || grace > 0;
             if !graceful {
                 if options.dry_run {
                     return Ok(obj);
@@ -995,16 +1009,18 @@ impl Registry {
                     Err(e) => Err(e.into()),
                 };
             }
-            if meta::is_deleting(&obj) && finalizers == meta::finalizers(&obj) {
+            // A second delete may only shorten a pod's grace period.
+            let shorter = pending_grace.is_some_and(|pending| grace < pending);
+            if meta::is_deleting(&obj) && finalizers == meta::finalizers(&obj) && !shorter {
                 // Already being deleted; nothing changes.
                 return Ok(obj);
             }
             {
                 let metadata = meta::metadata_mut(&mut obj);
                 metadata.insert("finalizers".into(), json!(finalizers));
-                if !metadata.contains_key("deletionTimestamp") {
-                    metadata.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
-                    metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
+                if !metadata.contains_key("deletionTimestamp") || shorter {
+                    metadata.insert("deletionTimestamp".into(), json!(meta::rfc3339_in(grace)));
+                    metadata.insert("deletionGracePeriodSeconds".into(), json!(grace));
                 }
             }
             if info.group.is_empty() && info.plural == "namespaces" {
@@ -1136,6 +1152,26 @@ async fn follow_crds(store: Arc<dyn Store>, catalog: Arc<RwLock<Arc<Catalog>>>, 
 }
 
 /// A namespace keeps existing while `spec.finalizers` (the namespace controller's) remain, even once terminating.
+/// The grace period a delete gives `obj`, after kube's pod strategy (`CheckGracefulDelete`): for pods, the one asked
+/// for or else `terminationGracePeriodSeconds`, but 0 for a pod no node runs and for a finished pod, and at least 1
+/// when negative; 0 for everything else.
+fn pod_grace_period(info: &ResourceInfo, obj: &Value, asked: Option<i64>) -> i64 {
+    if !(info.group.is_empty() && info.plural == "pods") {
+        return 0;
+    }
+    let spec = &obj["spec"];
+    let period = asked.or_else(|| spec["terminationGracePeriodSeconds"].as_i64()).unwrap_or(0);
+    let scheduled = spec["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let finished = matches!(obj["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+    if !scheduled || finished {
+        0
+    } else if period < 0 {
+        1
+    } else {
+        period
+    }
+}
+
 fn namespace_waiting(info: &ResourceInfo, obj: &Value) -> bool {
     info.group.is_empty()
         && info.plural == "namespaces"

@@ -230,6 +230,15 @@ fn a_node_whose_agent_stops_goes_not_ready_within_the_grace_period() {
     let taints = server.ok(&["get", "node", "lone", "-o", "jsonpath={.spec.taints[*].key}"]);
     assert!(taints.contains("node.kubernetes.io/unreachable"), "{taints}");
     eventually(20, "the pod not Ready", || pods(&server).iter().all(|(_, _, _, ready)| !ready));
+
+    // Once the node is deleted, nothing will ever stop its pods: they are removed, and the ReplicaSet makes a new
+    // one, which waits for a node.
+    let (old, ..) = pods(&server).remove(0);
+    server.ok(&["delete", "node", "lone"]);
+    eventually(40, "the node's pod removed and replaced", || {
+        let now = pods(&server);
+        now.len() == 1 && now[0].0 != old && now[0].1.is_empty()
+    });
 }
 
 const JOBS: &str = r#"
@@ -407,4 +416,253 @@ fn recreate_replaces_every_pod_at_once_and_a_paused_deployment_waits() {
         let (count, ready, images) = census(&server);
         count == 3 && ready == 3 && images.iter().all(|i| i == "nginx:3")
     });
+}
+
+const STATEFULSET: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: default}
+spec: {clusterIP: None, selector: {app: db}, ports: [{port: 5432}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: default}
+spec:
+  serviceName: db
+  replicas: 3
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}, annotations: {nest.dev/stop-seconds: "1"}}
+    spec: {terminationGracePeriodSeconds: 10, containers: [{name: db, image: "postgres:16"}]}
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+"#;
+
+/// The pods of `app`, by name: (image, ready, terminating).
+fn members(server: &Server, app: &str) -> std::collections::BTreeMap<String, (String, bool, bool)> {
+    let list = server.json(&["get", "pods", "-l", &format!("app={app}")]);
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let image = p["spec"]["containers"][0]["image"].as_str().unwrap_or_default().to_string();
+            let terminating = !p["metadata"]["deletionTimestamp"].is_null();
+            (p["metadata"]["name"].as_str().unwrap().to_string(), (image, pod_ready(p), terminating))
+        })
+        .collect()
+}
+
+/// Polls the pods of `app` until `done` holds of them, checking `invariant` on every look.
+fn watch_members(
+    server: &Server,
+    app: &str,
+    what: &str,
+    mut invariant: impl FnMut(&std::collections::BTreeMap<String, (String, bool, bool)>),
+    done: impl Fn(&std::collections::BTreeMap<String, (String, bool, bool)>) -> bool,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let seen = members(server, app);
+        invariant(&seen);
+        if done(&seen) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: still {seen:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn all_ready(seen: &std::collections::BTreeMap<String, (String, bool, bool)>, names: &[&str], image: &str) -> bool {
+    seen.len() == names.len()
+        && names.iter().all(|n| seen.get(*n).is_some_and(|(i, ready, gone)| i == image && *ready && !gone))
+}
+
+#[test]
+fn a_stateful_set_creates_removes_and_updates_its_pods_in_ordinal_order() {
+    let (_, storage) = backends().remove(0);
+    let (server, _cluster) = cluster(&storage, &["--count", "2", "--start-delay-ms", "500"]);
+    server.apply_manifest(STATEFULSET);
+
+    // OrderedReady: no pod exists before the one below it is Ready.
+    let ordered = |seen: &std::collections::BTreeMap<String, (String, bool, bool)>| {
+        for k in 1..3 {
+            if seen.contains_key(&format!("db-{k}")) {
+                let below = seen.get(&format!("db-{}", k - 1));
+                assert!(below.is_some_and(|p| p.1), "db-{k} exists before db-{} is Ready: {seen:?}", k - 1);
+            }
+        }
+    };
+    let names = ["db-0", "db-1", "db-2"];
+    watch_members(&server, "db", "3 pods Ready in order", ordered, |seen| all_ready(seen, &names, "postgres:16"));
+    server.ok(&["rollout", "status", "statefulset/db", "--timeout=60s"]);
+    let pod = server.json(&["get", "pod", "db-1"]);
+    assert_eq!(pod["spec"]["hostname"], "db-1");
+    assert_eq!(pod["spec"]["subdomain"], "db");
+    assert_eq!(pod["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"], "db-1");
+    assert_eq!(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "data-db-1");
+    let claims = server.ok(&["get", "pvc", "-l", "app=db", "-o", "jsonpath={.items[*].metadata.name}"]);
+    assert_eq!(claims, "data-db-0 data-db-1 data-db-2");
+
+    // A partitioned rolling update touches only the ordinals at or above the partition.
+    let patch = r#"{"spec":{"updateStrategy":{"rollingUpdate":{"partition":2}},"template":{"spec":{"containers":[{"name":"db","image":"postgres:17"}]}}}}"#;
+    server.ok(&["patch", "statefulset", "db", "--type=merge", "-p", patch]);
+    watch_members(
+        &server,
+        "db",
+        "db-2 updated",
+        |_| {},
+        |seen| seen.get("db-2").is_some_and(|p| p.0 == "postgres:17" && p.1 && !p.2),
+    );
+    let out = server.ok(&["rollout", "status", "statefulset/db", "--timeout=60s"]);
+    assert!(out.contains("partitioned roll out complete: 1 new pods"), "{out}");
+    let seen = members(&server, "db");
+    assert_eq!((seen["db-0"].0.as_str(), seen["db-1"].0.as_str()), ("postgres:16", "postgres:16"));
+
+    // Without the partition the rest follow, highest first, one at a time.
+    server.ok(&[
+        "patch",
+        "statefulset",
+        "db",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"updateStrategy":{"rollingUpdate":{"partition":0}}}}"#,
+    ]);
+    let one_at_a_time = |seen: &std::collections::BTreeMap<String, (String, bool, bool)>| {
+        let down = names.iter().filter(|n| seen.get(**n).is_none_or(|p| !p.1 || p.2)).count();
+        assert!(down <= 1, "more than one pod down during the update: {seen:?}");
+        if seen.get("db-0").is_some_and(|p| p.0 == "postgres:17") {
+            assert_eq!(seen["db-1"].0, "postgres:17", "db-0 updated before db-1: {seen:?}");
+        }
+    };
+    watch_members(&server, "db", "all updated", one_at_a_time, |seen| all_ready(seen, &names, "postgres:17"));
+    // kubectl reports any set with a partition (0 included) this way.
+    let out = server.ok(&["rollout", "status", "statefulset/db", "--timeout=60s"]);
+    assert!(out.contains("partitioned roll out complete: 3 new pods"), "{out}");
+    let history = server.ok(&["rollout", "history", "statefulset/db"]);
+    assert_eq!(history.lines().filter(|l| l.trim_start().starts_with(['1', '2'])).count(), 2, "{history}");
+
+    // Scaling down removes the highest ordinal first, and keeps the claims.
+    server.ok(&["scale", "statefulset", "db", "--replicas=1"]);
+    let highest_first = |seen: &std::collections::BTreeMap<String, (String, bool, bool)>| {
+        if seen.get("db-1").is_none_or(|p| p.2) {
+            assert!(!seen.contains_key("db-2"), "db-1 went before db-2 was gone: {seen:?}");
+        }
+    };
+    watch_members(&server, "db", "scaled to 1", highest_first, |seen| all_ready(seen, &["db-0"], "postgres:17"));
+    let claims = server.ok(&["get", "pvc", "-l", "app=db", "-o", "jsonpath={.items[*].metadata.name}"]);
+    assert_eq!(claims, "data-db-0 data-db-1 data-db-2", "claims are retained");
+    eventually(30, "status counts 1", || {
+        let status = server.json(&["get", "sts", "db"])["status"].clone();
+        status["replicas"] == 1 && status["readyReplicas"] == 1
+    });
+}
+
+const PARALLEL: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: cache, namespace: default}
+spec:
+  replicas: 3
+  podManagementPolicy: Parallel
+  updateStrategy: {type: OnDelete}
+  selector: {matchLabels: {app: cache}}
+  template:
+    metadata: {labels: {app: cache}}
+    spec: {containers: [{name: cache, image: "redis:7"}]}
+"#;
+
+#[test]
+fn a_parallel_stateful_set_starts_together_and_on_delete_waits_for_deletions() {
+    let (_, storage) = backends().remove(0);
+    let (server, _cluster) = cluster(&storage, &["--start-delay-ms", "1500"]);
+    server.apply_manifest(PARALLEL);
+    let names = ["cache-0", "cache-1", "cache-2"];
+    let mut together = false;
+    watch_members(
+        &server,
+        "cache",
+        "3 pods Ready",
+        |seen| together |= seen.len() == 3 && seen.values().all(|p| !p.1),
+        |seen| all_ready(seen, &names, "redis:7"),
+    );
+    assert!(together, "Parallel: all three pods should exist before any is Ready");
+
+    let patch = r#"{"spec":{"template":{"spec":{"containers":[{"name":"cache","image":"redis:8"}]}}}}"#;
+    server.ok(&["patch", "statefulset", "cache", "--type=merge", "-p", patch]);
+    eventually(30, "the new revision observed", || {
+        let set = server.json(&["get", "sts", "cache"]);
+        set["status"]["observedGeneration"] == set["metadata"]["generation"]
+            && set["status"]["updateRevision"] != set["status"]["currentRevision"]
+    });
+    let seen = members(&server, "cache");
+    assert!(all_ready(&seen, &names, "redis:7"), "OnDelete replaced pods by itself: {seen:?}");
+    server.ok(&["delete", "pod", "cache-1"]);
+    watch_members(
+        &server,
+        "cache",
+        "cache-1 recreated",
+        |_| {},
+        |seen| seen.get("cache-1").is_some_and(|p| p.0 == "redis:8" && p.1 && !p.2),
+    );
+    let seen = members(&server, "cache");
+    assert_eq!((seen["cache-0"].0.as_str(), seen["cache-2"].0.as_str()), ("redis:7", "redis:7"));
+    assert_eq!(server.json(&["get", "sts", "cache"])["status"]["updatedReplicas"], 1);
+}
+
+const PODS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: slow, namespace: default, annotations: {nest.dev/stop-seconds: "60"}}
+spec: {terminationGracePeriodSeconds: 3, containers: [{name: c, image: app}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: quick, namespace: default, annotations: {nest.dev/stop-seconds: "1"}}
+spec: {terminationGracePeriodSeconds: 600, containers: [{name: c, image: app}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: warming, namespace: default}
+spec: {containers: [{name: c, image: app, readinessProbe: {initialDelaySeconds: 3, tcpSocket: {port: 80}}}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sick, namespace: default, labels: {app: sick}, annotations: {nest.dev/ready: "false"}}
+spec: {containers: [{name: c, image: app}]}
+"#;
+
+#[test]
+fn simulated_pods_are_ready_as_declared_and_stop_within_their_grace_period() {
+    let (_, storage) = backends().remove(0);
+    let (server, _cluster) = cluster(&storage, &["--start-delay-ms", "100"]);
+    server.apply_manifest(PODS);
+    let phase = |pod: &str| server.ok(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"]);
+    let ready = |pod: &str| pod_ready(&server.json(&["get", "pod", pod]));
+    eventually(30, "all Running", || ["slow", "quick", "warming", "sick"].iter().all(|p| phase(p) == "Running"));
+
+    // Readiness as declared: after the probe's initial delay, and never while the annotation says it fails.
+    let started = std::time::Instant::now();
+    assert!(!ready("warming"), "Ready before its readiness probe's initial delay");
+    eventually(30, "warming Ready", || ready("warming"));
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1), "Ready too soon: {:?}", started.elapsed());
+    assert!(!ready("sick"));
+    server.ok(&["annotate", "pod", "sick", "--overwrite", "nest.dev/ready=true"]);
+    eventually(30, "sick Ready once its probe passes", || ready("sick"));
+
+    // A pod whose containers ignore SIGTERM stays until its grace period of 3 s ends, then goes.
+    let asked = std::time::Instant::now();
+    server.ok(&["delete", "pod", "slow", "--wait=false"]);
+    let deleting = server.json(&["get", "pod", "slow"]);
+    assert_eq!(deleting["metadata"]["deletionGracePeriodSeconds"], 3, "{deleting}");
+    eventually(30, "slow gone", || !server.ok(&["get", "pods", "-o", "name"]).contains("pod/slow"));
+    let took = asked.elapsed();
+    assert!(took >= std::time::Duration::from_secs(2), "removed after {took:?}, before its grace period ended");
+
+    // One that stops in a second does not wait out its grace period of ten minutes.
+    server.ok(&["delete", "pod", "quick", "--timeout=60s"]);
+    // And a forced deletion does not wait for the node at all.
+    server.ok(&["delete", "pod", "sick", "--grace-period=0", "--force"]);
+    assert!(server.kubectl(&["get", "pod", "sick"]).status.code() != Some(0), "sick survived a forced deletion");
 }
