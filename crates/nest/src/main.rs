@@ -1,7 +1,7 @@
 //! `nest`: nested Kubernetes control planes. One binary; each subcommand is one component or tool.
 //!
 //! Today: `nest up` (a whole cluster in one process), `nest apiserver`, `nest controller-manager`, `nest scheduler`,
-//! `nest node` (simulated) and `nest bench`. See `docs/ARCHITECTURE.md` for where each part lives.
+//! `nest node`, `nest bench` and `nest debug` (small programs for pods). See `docs/ARCHITECTURE.md` for where each part lives.
 
 mod bench;
 mod cmd;
@@ -26,8 +26,13 @@ enum Command {
     ControllerManager(cmd::controller_manager::Args),
     /// The scheduler: binds pending pods to nodes.
     Scheduler(cmd::scheduler::Args),
-    /// Simulated nodes that report the pods bound to them Running.
+    /// Nodes that run the pods bound to them, as processes or in simulation.
     Node(cmd::node::Args),
+    /// Small programs to run in pods (an HTTP echo server, a crashing program, a file printer).
+    Debug {
+        #[command(subcommand)]
+        which: cmd::debug::Debug,
+    },
     /// Benchmarks that print one JSON line per measured configuration.
     Bench {
         #[command(subcommand)]
@@ -49,5 +54,6 @@ fn main() -> anyhow::Result<()> {
         Command::Scheduler(args) => runtime.block_on(cmd::scheduler::run(args)),
         Command::Node(args) => runtime.block_on(cmd::node::run(args)),
         Command::Bench { which } => runtime.block_on(bench::run(which)),
+        Command::Debug { which } => runtime.block_on(cmd::debug::run(which)),
     }
 }

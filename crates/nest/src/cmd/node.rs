@@ -1,4 +1,5 @@
-//! `nest node`: simulated nodes (`nest.dev/runtime=simulated`) that report the pods bound to them Running.
+//! `nest node`: nodes that run the pods bound to them as processes (when their images are allowed) or in simulation
+//! (`--runtime`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,12 +30,35 @@ pub struct Args {
     /// How often each node renews its Lease, in seconds (the Lease lasts four times as long).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     lease_seconds: u64,
+    /// How pods run: `simulated`, `process` (allowed images only) or `both` (processes where allowed, else simulated).
+    #[arg(long, value_name = "RUNTIME", default_value = "simulated")]
+    runtime: nest_node::Mode,
+    /// Where the process runtime keeps pod files and claims (`<DIR>/<node name>/`).
+    #[arg(long, value_name = "DIR", default_value = "nest-node-data")]
+    data_dir: PathBuf,
+    /// Also run images matching PATTERN (`*` is a wildcard) as EXECUTABLE; repeatable. nest's own images and etcd's
+    /// (when `etcd` is on PATH) are always allowed.
+    #[arg(long = "allow-image", value_name = "PATTERN=EXECUTABLE", value_parser = nest_node::allowlist::Allowlist::parse_entry)]
+    allow_images: Vec<nest_node::allowlist::Entry>,
+    /// The pod address range, instead of the one picked from the node's index (with `--count`, node i takes the
+    /// i-th range of the same size after it).
+    #[arg(long, value_name = "CIDR")]
+    pod_cidr: Option<String>,
+    /// The first back-off before restarting a container that keeps crashing, in seconds (it doubles up to 300).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    crash_backoff_seconds: u64,
 }
 
 /// The options of node `i` of `args`.
 fn options(args: &Args, i: u8) -> nest_node::Options {
     let name = if args.count == 1 { args.name.clone() } else { format!("{}-{i}", args.name) };
-    let mut options = nest_node::Options::numbered(name, i);
+    let mut options = nest_node::Options::numbered(name, i, args.runtime, &args.data_dir);
+    let defaults = std::mem::take(&mut options.process.allowlist.entries);
+    options.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
+    options.process.crash_backoff = Duration::from_secs(args.crash_backoff_seconds);
+    if let Some(cidr) = &args.pod_cidr {
+        options.pod_cidr = nth_range(cidr, i).unwrap_or_else(|| cidr.clone());
+    }
     options.cpu = args.cpu.clone();
     options.memory = args.memory.clone();
     options.pods = args.pods;
@@ -43,17 +67,43 @@ fn options(args: &Args, i: u8) -> nest_node::Options {
     options
 }
 
+/// The `index`-th range of the size of `cidr` from `cidr` on (`127.20.0.0/16`, 1 → `127.21.0.0/16`).
+fn nth_range(cidr: &str, index: u8) -> Option<String> {
+    let (address, length) = cidr.split_once('/')?;
+    let address: std::net::Ipv4Addr = address.parse().ok()?;
+    let length: u32 = length.parse().ok().filter(|l| (1..=32).contains(l))?;
+    let step = 1u32.checked_shl(32 - length)?;
+    let start = u32::from(address).checked_add(step.checked_mul(u32::from(index))?)?;
+    Some(format!("{}/{length}", std::net::Ipv4Addr::from(start)))
+}
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let (client, _) = nest_controllers::connect(&args.kubeconfig).await?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let nodes = (0..args.count.max(1)).map(|i| {
         let (client, options) = (client.clone(), options(&args, i));
-        tokio::spawn(async move { nest_node::run(client, options, std::future::pending()).await })
+        let mut stopped = stopped.clone();
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        tokio::spawn(async move { nest_node::run(client, options, shutdown).await })
     });
-    let nodes: Vec<_> = nodes.collect();
-    eprintln!("nest node: {} simulated node(s) running", nodes.len());
+    let mut nodes: Vec<_> = nodes.collect();
+    eprintln!("nest node: {} {} node(s) running", nodes.len(), args.runtime.label());
     tokio::select! {
-        (result, _, _) = futures_util::future::select_all(nodes) => { result??; }
-        () = super::shutdown_signal() => {}
+        (result, index, _) = futures_util::future::select_all(nodes.iter_mut()) => {
+            nodes.remove(index);
+            let _ = stop.send(true);
+            futures_util::future::join_all(nodes).await;
+            result??;
+        }
+        () = super::shutdown_signal() => {
+            // Each node stops the processes it runs before it returns.
+            let _ = stop.send(true);
+            for result in futures_util::future::join_all(nodes).await {
+                result??;
+            }
+        }
     }
     eprintln!("nest node: stopped");
     Ok(())

@@ -1,5 +1,7 @@
 //! `nest up`: a whole cluster on this machine, in one process — the API server on embedded storage, the
-//! controller-manager, the scheduler and one simulated node (`nest-node-0`). Ctrl-C stops it; running it again on the same data directory resumes where it left off.
+//! controller-manager, the scheduler and one node (`nest-node-0`) that runs allowed pods as processes and simulates
+//! the rest. Ctrl-C stops it (and every process it started); running it again on the same data directory resumes
+//! where it left off.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,7 +29,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         listen: args.listen,
         token_file: None,
         extra_sans: Vec::new(),
-        service_cidr: "10.96.0.0/12".parse().expect("a valid range"),
+        // Inside loopback, so that a proxy on this machine can serve every ClusterIP.
+        service_cidr: "127.96.0.0/16".parse().expect("a valid range"),
     };
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
@@ -56,8 +59,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
     tokio::spawn(nest_scheduler::run(client.clone()));
-    let node = nest_node::Options::numbered("nest-node-0".into(), 0);
-    tokio::spawn(nest_node::run(client, node, until_stopped(stopped.clone())));
+    let node =
+        nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
+    let node = tokio::spawn(nest_node::run(client, node, until_stopped(stopped.clone())));
     println!("nest is up: API server at https://{address}; controllers, scheduler and node nest-node-0 running.");
     println!();
     println!("  export KUBECONFIG={}", kubeconfig.display());
@@ -74,6 +78,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("nest up: stopping");
     let _ = stop.send(true);
     controllers.await??;
+    // The node stops the processes it started before it returns.
+    node.await??;
     eprintln!("nest up: stopped");
     Ok(())
 }

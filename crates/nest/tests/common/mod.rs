@@ -189,6 +189,12 @@ impl Component {
         self.log().contains("is leading")
     }
 
+    /// SIGTERM, and wait for the process to exit.
+    pub fn terminate(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+
     /// SIGKILL: the instance stops renewing its Lease without a chance to hand it over.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

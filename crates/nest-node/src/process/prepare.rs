@@ -1,0 +1,429 @@
+//! What a container needs before its process starts: its volumes written out under the pod's directory, its
+//! environment resolved (literals, ConfigMaps, Secrets, the downward API), its command line expanded, and every
+//! argument or environment value that names a path under a `volumeMounts` entry rewritten to the directory that stands
+//! in for the mount, since a process has no container filesystem. Paths inside files are not rewritten.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret,
+    Volume,
+};
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+
+use crate::expand::expand;
+
+/// A failure to prepare a container, worded for the pod's status (`reason`, `message`).
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// A ConfigMap, Secret or key the pod needs (and did not mark optional) does not exist.
+    #[error("{0}")]
+    Config(String),
+    /// The API server could not be asked.
+    #[error("reading from the API server: {0}")]
+    Api(#[from] kube::Error),
+    /// Writing a volume failed.
+    #[error("writing volume files: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl PrepareError {
+    /// The container waiting reason Kubernetes uses for this failure.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PrepareError::Config(_) | PrepareError::Api(_) => "CreateContainerConfigError",
+            PrepareError::Io(_) => "CreateContainerError",
+        }
+    }
+}
+
+/// How a container's process is started.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Launch {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub working_dir: Option<PathBuf>,
+    /// Mount path → directory on this machine, longest first (for rewriting exec probes too).
+    pub mounts: Vec<(String, PathBuf)>,
+}
+
+/// The facts about the pod the downward API exposes, once it has an address.
+pub struct PodFacts<'a> {
+    pub pod: &'a Pod,
+    pub pod_ip: &'a str,
+    pub host_ip: &'a str,
+    /// The node's allocatable CPU (cores) and memory (bytes): the value of a limit that is not set.
+    pub node_cpu: f64,
+    pub node_memory: f64,
+}
+
+/// Reads ConfigMaps and Secrets of the pod's namespace, each once.
+pub struct Sources {
+    client: Client,
+    namespace: String,
+    config_maps: BTreeMap<String, Option<ConfigMap>>,
+    secrets: BTreeMap<String, Option<Secret>>,
+}
+
+impl Sources {
+    pub fn new(client: Client, namespace: &str) -> Sources {
+        Sources { client, namespace: namespace.into(), config_maps: BTreeMap::new(), secrets: BTreeMap::new() }
+    }
+
+    /// ConfigMap `name` as key → bytes (data and binaryData), or `None` when it does not exist.
+    async fn config_map(&mut self, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
+        if !self.config_maps.contains_key(name) {
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+            self.config_maps.insert(name.into(), api.get_opt(name).await?);
+        }
+        Ok(self.config_maps[name].as_ref().map(|c| {
+            let text = c.data.iter().flatten().map(|(k, v)| (k.clone(), v.clone().into_bytes()));
+            text.chain(c.binary_data.iter().flatten().map(|(k, v)| (k.clone(), v.0.clone()))).collect()
+        }))
+    }
+
+    /// Secret `name` as key → bytes, or `None` when it does not exist.
+    async fn secret(&mut self, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
+        if !self.secrets.contains_key(name) {
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+            self.secrets.insert(name.into(), api.get_opt(name).await?);
+        }
+        Ok(self.secrets[name].as_ref().map(|s| {
+            let text = s.string_data.iter().flatten().map(|(k, v)| (k.clone(), v.clone().into_bytes()));
+            s.data.iter().flatten().map(|(k, ByteString(v))| (k.clone(), v.clone())).chain(text).collect()
+        }))
+    }
+}
+
+/// `metadata.name`, `status.podIP` and the other fields `fieldRef` may name.
+fn field(facts: &PodFacts, selector: &ObjectFieldSelector) -> Result<String, PrepareError> {
+    let pod = facts.pod;
+    let path = selector.field_path.as_str();
+    let quoted = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_suffix("']")).map(str::to_string);
+    let value = match path {
+        "metadata.name" => pod.name_any(),
+        "metadata.namespace" => pod.namespace().unwrap_or_default(),
+        "metadata.uid" => pod.uid().unwrap_or_default(),
+        "spec.nodeName" => pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        "spec.serviceAccountName" => pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_default(),
+        "status.podIP" | "status.podIPs" => facts.pod_ip.to_string(),
+        "status.hostIP" | "status.hostIPs" => facts.host_ip.to_string(),
+        "metadata.labels" | "metadata.annotations" => {
+            let map = if path == "metadata.labels" { pod.labels() } else { pod.annotations() };
+            map.iter().map(|(k, v)| format!("{k}={v:?}")).collect::<Vec<_>>().join("\n")
+        }
+        _ => {
+            if let Some(key) = quoted("metadata.labels['") {
+                pod.labels().get(&key).cloned().unwrap_or_default()
+            } else if let Some(key) = quoted("metadata.annotations['") {
+                pod.annotations().get(&key).cloned().unwrap_or_default()
+            } else {
+                return Err(PrepareError::Config(format!("unsupported fieldRef {path:?}")));
+            }
+        }
+    };
+    Ok(value)
+}
+
+/// `limits.cpu`, `requests.memory` and the other resources `resourceFieldRef` may name, in units of its divisor
+/// (rounded up, as the kubelet does); a limit that is not set is the node's allocatable.
+fn resource(facts: &PodFacts, container: &Container, selector: &ResourceFieldSelector) -> Result<String, PrepareError> {
+    let resources = container.resources.clone().unwrap_or_default();
+    let (kind, name) = selector
+        .resource
+        .split_once('.')
+        .ok_or_else(|| PrepareError::Config(format!("unsupported resourceFieldRef {:?}", selector.resource)))?;
+    let set = match kind {
+        "limits" => resources.limits.as_ref().and_then(|l| l.get(name)),
+        "requests" => resources.requests.as_ref().and_then(|r| r.get(name)),
+        _ => None,
+    };
+    let value = match (set, name) {
+        (Some(quantity), _) => crate::quantity::parse(&quantity.0),
+        (None, "cpu") if kind == "limits" => facts.node_cpu,
+        (None, "memory") if kind == "limits" => facts.node_memory,
+        (None, "cpu" | "memory" | "ephemeral-storage") => 0.0,
+        _ => return Err(PrepareError::Config(format!("unsupported resourceFieldRef {:?}", selector.resource))),
+    };
+    let divisor = selector.divisor.as_ref().map(|d| crate::quantity::parse(&d.0)).filter(|d| *d > 0.0).unwrap_or(1.0);
+    Ok(format!("{}", (value / divisor).ceil() as i64))
+}
+
+/// The container's environment, in order: `envFrom` first, then `env`, each value expanded against what came before.
+async fn environment(
+    facts: &PodFacts<'_>,
+    container: &Container,
+    sources: &mut Sources,
+) -> Result<Vec<(String, String)>, PrepareError> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let set = |env: &mut Vec<(String, String)>, name: String, value: String| {
+        env.retain(|(n, _)| *n != name);
+        env.push((name, value));
+    };
+    for from in container.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        let (values, what, optional) = if let Some(reference) = &from.config_map_ref {
+            (sources.config_map(&reference.name).await?, format!("configmap {:?}", reference.name), reference.optional)
+        } else if let Some(reference) = &from.secret_ref {
+            (sources.secret(&reference.name).await?, format!("secret {:?}", reference.name), reference.optional)
+        } else {
+            continue;
+        };
+        match values {
+            Some(values) => {
+                for (key, value) in values {
+                    set(&mut env, format!("{prefix}{key}"), String::from_utf8_lossy(&value).into_owned());
+                }
+            }
+            None if optional == Some(true) => {}
+            None => return Err(PrepareError::Config(format!("{what} not found"))),
+        }
+    }
+    for var in container.env.iter().flatten() {
+        let value = if let Some(source) = &var.value_from {
+            let keyed =
+                |values: Option<BTreeMap<String, Vec<u8>>>, what: &str, key: &str, optional: Option<bool>| match values
+                    .as_ref()
+                    .and_then(|v| v.get(key))
+                {
+                    Some(value) => Ok(Some(String::from_utf8_lossy(value).into_owned())),
+                    None if optional == Some(true) => Ok(None),
+                    None if values.is_none() => Err(PrepareError::Config(format!("{what} not found"))),
+                    None => Err(PrepareError::Config(format!("couldn't find key {key} in {what}"))),
+                };
+            if let Some(selector) = &source.field_ref {
+                Some(field(facts, selector)?)
+            } else if let Some(selector) = &source.resource_field_ref {
+                Some(resource(facts, container, selector)?)
+            } else if let Some(key) = &source.config_map_key_ref {
+                let values = sources.config_map(&key.name).await?;
+                keyed(values, &format!("configmap {:?}", key.name), &key.key, key.optional)?
+            } else if let Some(key) = &source.secret_key_ref {
+                let values = sources.secret(&key.name).await?;
+                keyed(values, &format!("secret {:?}", key.name), &key.key, key.optional)?
+            } else {
+                None
+            }
+        } else {
+            let known: BTreeMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            Some(expand(var.value.as_deref().unwrap_or(""), |name| known.get(name).map(|v| v.to_string())))
+        };
+        if let Some(value) = value {
+            set(&mut env, var.name.clone(), value);
+        }
+    }
+    Ok(env)
+}
+
+/// Writes `items` of `values` (all keys when `items` is unset) into `dir`; a missing key fails unless optional.
+fn write_keys(
+    dir: &Path,
+    values: &BTreeMap<String, Vec<u8>>,
+    items: Option<&Vec<KeyToPath>>,
+    what: &str,
+    optional: bool,
+) -> Result<(), PrepareError> {
+    let chosen: Vec<(String, String)> = match items {
+        Some(items) => items.iter().map(|i| (i.key.clone(), i.path.clone())).collect(),
+        None => values.keys().map(|k| (k.clone(), k.clone())).collect(),
+    };
+    for (key, path) in chosen {
+        match values.get(&key) {
+            Some(value) => write_file(&dir.join(&path), value)?,
+            None if optional => {}
+            None => return Err(PrepareError::Config(format!("couldn't find key {key} in {what}"))),
+        }
+    }
+    Ok(())
+}
+
+fn write_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, contents)
+}
+
+fn downward_items(
+    dir: &Path,
+    facts: &PodFacts,
+    items: &[DownwardAPIVolumeFile],
+    containers: &[Container],
+) -> Result<(), PrepareError> {
+    for item in items {
+        let value = if let Some(selector) = &item.field_ref {
+            field(facts, selector)?
+        } else if let Some(selector) = &item.resource_field_ref {
+            let name = selector.container_name.as_deref().unwrap_or("");
+            let container = containers.iter().find(|c| c.name == name).or(containers.first());
+            resource(facts, container.unwrap_or(&Container::default()), selector)?
+        } else {
+            continue;
+        };
+        write_file(&dir.join(&item.path), value.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Where each volume of the pod lives on this machine: under `pod_dir/volumes/<name>`, except claims, which live in
+/// `claims_dir/<namespace>/<claim>` so that they outlive the pod.
+pub fn volume_dir(pod: &Pod, volume: &Volume, pod_dir: &Path, claims_dir: &Path) -> PathBuf {
+    match &volume.persistent_volume_claim {
+        Some(claim) => claims_dir.join(pod.namespace().unwrap_or_default()).join(&claim.claim_name),
+        None => pod_dir.join("volumes").join(&volume.name),
+    }
+}
+
+/// Writes every volume of the pod (ConfigMap, Secret, projected, downward API) and creates the directories of the
+/// others (emptyDir, claims, hostPath left alone).
+pub async fn write_volumes(
+    facts: &PodFacts<'_>,
+    sources: &mut Sources,
+    pod_dir: &Path,
+    claims_dir: &Path,
+) -> Result<(), PrepareError> {
+    let spec = facts.pod.spec.clone().unwrap_or_default();
+    for volume in spec.volumes.iter().flatten() {
+        let dir = volume_dir(facts.pod, volume, pod_dir, claims_dir);
+        if volume.host_path.is_some() {
+            continue;
+        }
+        std::fs::create_dir_all(&dir)?;
+        if let Some(source) = &volume.config_map {
+            let what = format!("configmap {:?}", source.name);
+            match sources.config_map(&source.name).await? {
+                Some(values) => write_keys(&dir, &values, source.items.as_ref(), &what, source.optional == Some(true))?,
+                None if source.optional == Some(true) => {}
+                None => return Err(PrepareError::Config(format!("{what} not found"))),
+            }
+        } else if let Some(source) = &volume.secret {
+            let name = source.secret_name.clone().unwrap_or_default();
+            let what = format!("secret {name:?}");
+            match sources.secret(&name).await? {
+                Some(values) => write_keys(&dir, &values, source.items.as_ref(), &what, source.optional == Some(true))?,
+                None if source.optional == Some(true) => {}
+                None => return Err(PrepareError::Config(format!("{what} not found"))),
+            }
+        } else if let Some(source) = &volume.downward_api {
+            downward_items(&dir, facts, source.items.as_deref().unwrap_or_default(), &spec.containers)?;
+        } else if let Some(projected) = &volume.projected {
+            for source in projected.sources.iter().flatten() {
+                if let Some(source) = &source.config_map {
+                    let what = format!("configmap {:?}", source.name);
+                    let optional = source.optional == Some(true);
+                    match sources.config_map(&source.name).await? {
+                        Some(values) => write_keys(&dir, &values, source.items.as_ref(), &what, optional)?,
+                        None if optional => {}
+                        None => return Err(PrepareError::Config(format!("{what} not found"))),
+                    }
+                } else if let Some(source) = &source.secret {
+                    let what = format!("secret {:?}", source.name);
+                    let optional = source.optional == Some(true);
+                    match sources.secret(&source.name).await? {
+                        Some(values) => write_keys(&dir, &values, source.items.as_ref(), &what, optional)?,
+                        None if optional => {}
+                        None => return Err(PrepareError::Config(format!("{what} not found"))),
+                    }
+                } else if let Some(source) = &source.downward_api {
+                    downward_items(&dir, facts, source.items.as_deref().unwrap_or_default(), &spec.containers)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The mounts of `container`: mount path → directory on this machine (with its `subPath`), longest path first.
+pub fn mounts(pod: &Pod, container: &Container, pod_dir: &Path, claims_dir: &Path) -> Vec<(String, PathBuf)> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+    let mut mounts: Vec<(String, PathBuf)> = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|mount| {
+            let volume = volumes.iter().find(|v| v.name == mount.name)?;
+            let dir = match &volume.host_path {
+                Some(host) => PathBuf::from(&host.path),
+                None => volume_dir(pod, volume, pod_dir, claims_dir),
+            };
+            let dir = match mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                Some(sub) => dir.join(sub),
+                None => dir,
+            };
+            Some((mount.mount_path.trim_end_matches('/').to_string(), dir))
+        })
+        .collect();
+    mounts.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
+    mounts
+}
+
+/// `value` with a leading mount path (also after the first `=`, as in `--config=/etc/app/app.yaml`) replaced by its
+/// directory on this machine.
+pub fn rewrite(value: &str, mounts: &[(String, PathBuf)]) -> String {
+    let replace = |text: &str| -> Option<String> {
+        mounts.iter().find_map(|(path, dir)| {
+            let rest = text.strip_prefix(path.as_str())?;
+            (rest.is_empty() || rest.starts_with('/')).then(|| format!("{}{rest}", dir.display()))
+        })
+    };
+    if let Some(rewritten) = replace(value) {
+        return rewritten;
+    }
+    if let Some((flag, path)) = value.split_once('=')
+        && let Some(rewritten) = replace(path)
+    {
+        return format!("{flag}={rewritten}");
+    }
+    value.to_string()
+}
+
+/// Everything needed to start `container` of the pod as a process of `program`: `command[0]` stands for the image's
+/// entrypoint and is replaced by `program`; the rest of `command` and `args` follow, expanded and rewritten.
+pub async fn launch(
+    facts: &PodFacts<'_>,
+    container: &Container,
+    program: &Path,
+    sources: &mut Sources,
+    pod_dir: &Path,
+    claims_dir: &Path,
+) -> Result<Launch, PrepareError> {
+    let mounts = mounts(facts.pod, container, pod_dir, claims_dir);
+    let mut env = environment(facts, container, sources).await?;
+    let known: BTreeMap<String, String> = env.iter().cloned().collect();
+    let lookup = |name: &str| known.get(name).cloned();
+    let mut args: Vec<String> = container.command.iter().flatten().skip(1).cloned().collect();
+    args.extend(container.args.iter().flatten().cloned());
+    let args = args.iter().map(|a| rewrite(&expand(a, lookup), &mounts)).collect();
+    for (_, value) in &mut env {
+        *value = rewrite(value, &mounts);
+    }
+    let hostname = facts.pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| facts.pod.name_any());
+    if !env.iter().any(|(k, _)| k == "HOSTNAME") {
+        env.push(("HOSTNAME".into(), hostname));
+    }
+    let working_dir = container.working_dir.as_deref().map(|d| PathBuf::from(rewrite(d, &mounts)));
+    Ok(Launch { program: program.to_path_buf(), args, env, working_dir, mounts })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_under_a_mount_are_rewritten_and_others_are_not() {
+        let mounts = vec![
+            ("/etc/app/tls".to_string(), PathBuf::from("/data/pods/u/volumes/tls")),
+            ("/etc/app".to_string(), PathBuf::from("/data/pods/u/volumes/config")),
+        ];
+        assert_eq!(rewrite("/etc/app/tls/tls.crt", &mounts), "/data/pods/u/volumes/tls/tls.crt");
+        assert_eq!(rewrite("/etc/app/app.yaml", &mounts), "/data/pods/u/volumes/config/app.yaml");
+        assert_eq!(rewrite("/etc/app", &mounts), "/data/pods/u/volumes/config");
+        assert_eq!(rewrite("--config=/etc/app/app.yaml", &mounts), "--config=/data/pods/u/volumes/config/app.yaml");
+        assert_eq!(rewrite("/etc/application", &mounts), "/etc/application", "a mount path is a whole directory");
+        assert_eq!(rewrite("--x=/var/y", &mounts), "--x=/var/y");
+    }
+}

@@ -1,0 +1,537 @@
+//! One pod's processes: init containers one after the other, then every container at once, each restarted as the
+//! pod's `restartPolicy` says, and the pod's status reported after every change.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::Launch;
+use crate::probe::{self, Probes};
+
+/// The kubelet's longest crash back-off.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// How long a container must run for its back-off to start over (the kubelet: 10 minutes).
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+/// The `PATH` of a container that does not set one (the usual image default).
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn rfc3339_now() -> String {
+    crate::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// What is known of one container.
+#[derive(Clone, Debug)]
+struct Container {
+    name: String,
+    image: String,
+    init: bool,
+    restart_count: i32,
+    /// `{"waiting": …}`, `{"running": …}` or `{"terminated": …}`; terminated only when it will not run again.
+    state: Value,
+    last_state: Value,
+    ready: bool,
+    started: bool,
+}
+
+/// What the pod's tasks share.
+struct Shared {
+    client: Client,
+    namespace: String,
+    name: String,
+    uid: String,
+    pod_ip: String,
+    host_ip: String,
+    start_time: String,
+    restart_policy: String,
+    pod_dir: PathBuf,
+    /// The node's allowlisted executables (what exec probes may run).
+    programs: Vec<PathBuf>,
+    containers: Mutex<Vec<Container>>,
+    /// Held while a status is sent, so reports arrive in order.
+    reporting: tokio::sync::Mutex<()>,
+    /// Set when the node, not the pod, is stopping: the pod's status is left as it was, so that the node starts
+    /// the pod again when it comes back.
+    silent: std::sync::atomic::AtomicBool,
+}
+
+/// Where and how a pod runs.
+pub struct Setting {
+    pub pod_ip: String,
+    pub host_ip: String,
+    /// `<data>/pods/<uid>`.
+    pub pod_dir: PathBuf,
+    /// The first crash back-off.
+    pub backoff: Duration,
+    /// The node's allowlisted executables (what exec probes may run).
+    pub programs: Vec<PathBuf>,
+}
+
+/// A running pod: stop it with [`PodRun::stop`].
+pub struct PodRun {
+    stop: watch::Sender<Option<Duration>>,
+    done: watch::Receiver<bool>,
+    shared: Arc<Shared>,
+}
+
+impl PodRun {
+    /// Starts the pod's processes (`launches` are for the init containers, then the containers, in order).
+    pub fn start(client: Client, pod: &Pod, setting: Setting, launches: Vec<Launch>) -> Arc<PodRun> {
+        let Setting { pod_ip, host_ip, pod_dir, backoff, programs } = setting;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let restarts = super::Runtime::restart_counts(pod);
+        // A pod this node ran before (it was restarted) keeps counting restarts.
+        let already = pod.status.as_ref().and_then(|s| s.start_time.clone());
+        let init = spec.init_containers.clone().unwrap_or_default();
+        let containers: Vec<Container> = init
+            .iter()
+            .map(|c| (c, true))
+            .chain(spec.containers.iter().map(|c| (c, false)))
+            .map(|(c, init)| Container {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                init,
+                restart_count: restarts.get(&c.name).map_or(0, |n| n + i32::from(already.is_some())),
+                state: json!({"waiting": {"reason": "ContainerCreating"}}),
+                last_state: json!({}),
+                ready: false,
+                started: false,
+            })
+            .collect();
+        let probes: Vec<Probes> =
+            init.iter().map(|_| Probes::default()).chain(spec.containers.iter().map(Probes::of)).collect();
+        let shared = Arc::new(Shared {
+            client,
+            namespace: pod.namespace().unwrap_or_default(),
+            name: pod.name_any(),
+            uid: pod.uid().unwrap_or_default(),
+            pod_ip,
+            host_ip,
+            start_time: already.map_or_else(rfc3339_now, |t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+            restart_policy: spec.restart_policy.clone().unwrap_or_else(|| "Always".into()),
+            pod_dir,
+            programs,
+            containers: Mutex::new(containers),
+            reporting: tokio::sync::Mutex::new(()),
+            silent: std::sync::atomic::AtomicBool::new(false),
+        });
+        let (stop, stop_rx) = watch::channel(None);
+        let (done_tx, done) = watch::channel(false);
+        let inits = init.len();
+        let for_task = shared.clone();
+        tokio::spawn(async move {
+            let shared = for_task;
+            shared.report().await;
+            let mut jobs = launches.into_iter().zip(probes).enumerate();
+            for (index, (launch, probes)) in jobs.by_ref().take(inits) {
+                if !shared.clone().run(index, launch, probes, stop_rx.clone(), backoff).await {
+                    // A failed init container that will not be retried ends the pod.
+                    let _ = done_tx.send(true);
+                    return;
+                }
+            }
+            let containers = jobs
+                .map(|(index, (launch, probes))| shared.clone().run(index, launch, probes, stop_rx.clone(), backoff));
+            futures_util::future::join_all(containers).await;
+            let _ = done_tx.send(true);
+        });
+        Arc::new(PodRun { stop, done, shared })
+    }
+
+    /// Stops the pod's processes because the node is stopping: nothing more is reported.
+    pub async fn stop_silently(&self, grace: Duration) {
+        self.shared.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop(grace).await;
+    }
+
+    /// Stops the pod's processes, giving them `grace` (a shorter grace than one already given wins), and waits.
+    pub async fn stop(&self, grace: Duration) {
+        self.stop.send_if_modified(|current| match current {
+            Some(given) if *given <= grace => false,
+            _ => {
+                *current = Some(grace);
+                true
+            }
+        });
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|d| *d).await;
+    }
+}
+
+/// Waits until the pod is told to stop; returns its grace period.
+async fn stopped(stop: &mut watch::Receiver<Option<Duration>>) -> Duration {
+    match stop.wait_for(Option::is_some).await {
+        Ok(grace) => grace.unwrap_or_default(),
+        // The runtime is gone: stop at once.
+        Err(_) => Duration::ZERO,
+    }
+}
+
+fn signal_group(pid: u32, signal: i32) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    // SAFETY: kill(2) has no memory effects; a process group that is gone yields ESRCH, which is ignored.
+    unsafe {
+        libc::kill(-pid, signal);
+        libc::kill(pid, signal);
+    }
+}
+
+/// The start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`), which tells a process
+/// from a later one that reused its id.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Kills the processes recorded in `pids_dir` that are still the ones recorded, and forgets them.
+pub fn kill_leftovers(pids_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(pids_dir) else { return };
+    for entry in entries.flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let mut fields = text.split_whitespace().map(str::parse::<u64>);
+        if let (Some(Ok(pid)), Some(Ok(ticks))) = (fields.next(), fields.next())
+            && let Ok(pid) = u32::try_from(pid)
+            && start_ticks(pid) == Some(ticks)
+        {
+            tracing::info!(pid, "killing a process left by an earlier run of this node");
+            signal_group(pid, libc::SIGKILL);
+        }
+        let _ = std::fs::remove_file(entry.path());
+    }
+}
+
+/// Appends a process's output to its log file, a line at a time: `<RFC 3339 time> <stream> <text>`.
+async fn copy_lines(
+    output: impl tokio::io::AsyncRead + Unpin,
+    stream: &'static str,
+    log: Arc<tokio::sync::Mutex<tokio::fs::File>>,
+) {
+    let mut lines = tokio::io::BufReader::new(output).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let stamp = crate::now().strftime("%Y-%m-%dT%H:%M:%S%.9fZ");
+        let mut file = log.lock().await;
+        let _ = file.write_all(format!("{stamp} {stream} {line}\n").as_bytes()).await;
+    }
+}
+
+impl Shared {
+    fn with<T>(&self, index: usize, change: impl FnOnce(&mut Container) -> T) -> T {
+        let mut containers = self.containers.lock().unwrap_or_else(|p| p.into_inner());
+        change(&mut containers[index])
+    }
+
+    /// Where container `name`'s output of run `restart` goes.
+    pub fn log_path(&self, name: &str, restart: i32) -> PathBuf {
+        self.pod_dir.join("logs").join(name).join(format!("{restart}.log"))
+    }
+
+    /// Starts one process of container `index`; `None` with the reason when it cannot start.
+    async fn spawn(
+        &self,
+        index: usize,
+        launch: &Launch,
+    ) -> Result<(tokio::process::Child, Vec<tokio::task::JoinHandle<()>>), String> {
+        let (name, restart) = self.with(index, |c| (c.name.clone(), c.restart_count));
+        let log_path = self.log_path(&name, restart);
+        if let Some(dir) = log_path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        }
+        let log = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .await
+            .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        let mut command = tokio::process::Command::new(&launch.program);
+        command
+            .args(&launch.args)
+            .env_clear()
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(launch.working_dir.as_deref().unwrap_or(&self.pod_dir))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if !launch.env.iter().any(|(k, _)| k == "PATH") {
+            command.env("PATH", DEFAULT_PATH);
+        }
+        // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
+        let log = Arc::new(tokio::sync::Mutex::new(log));
+        let mut copies = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            copies.push(tokio::spawn(copy_lines(out, "stdout", log.clone())));
+        }
+        if let Some(err) = child.stderr.take() {
+            copies.push(tokio::spawn(copy_lines(err, "stderr", log)));
+        }
+        if let Some(pid) = child.id() {
+            let pids = self.pod_dir.join("pids");
+            let _ = std::fs::create_dir_all(&pids);
+            let _ = std::fs::write(pids.join(&name), format!("{pid} {}", start_ticks(pid).unwrap_or(0)));
+        }
+        Ok((child, copies))
+    }
+
+    /// Runs container `index` until it is done for good; returns whether it last exited with 0.
+    async fn run(
+        self: Arc<Self>,
+        index: usize,
+        launch: Launch,
+        probes: Probes,
+        mut stop: watch::Receiver<Option<Duration>>,
+        backoff: Duration,
+    ) -> bool {
+        let mut crashes: u32 = 0;
+        loop {
+            if stop.borrow().is_some() {
+                self.with(index, |c| {
+                    if c.state.get("terminated").is_none() {
+                        c.state =
+                            json!({"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": rfc3339_now()}});
+                    }
+                    c.ready = false;
+                });
+                self.report().await;
+                return false;
+            }
+            let started = Instant::now();
+            let started_at = rfc3339_now();
+            let container_id = format!("process://{}/{}", self.uid, self.with(index, |c| c.name.clone()));
+            let (code, reason) = match self.spawn(index, &launch).await {
+                Err(message) => {
+                    self.with(index, |c| {
+                        c.state = json!({"waiting": {"reason": "RunContainerError", "message": message}});
+                    });
+                    (128, "ContainerCannotRun")
+                }
+                Ok((mut child, copies)) => {
+                    let pid = child.id().unwrap_or(0);
+                    self.with(index, |c| {
+                        c.state = json!({"running": {"startedAt": started_at}});
+                        c.started = !probes.has_startup();
+                        c.ready = !c.init && !probes.has_readiness() && c.started;
+                    });
+                    self.report().await;
+                    let target = probe::Target {
+                        pod_ip: self.pod_ip.clone(),
+                        programs: self.programs.clone(),
+                        mounts: launch.mounts.clone(),
+                        env: launch.env.clone(),
+                    };
+                    let probing = (!probes.is_empty())
+                        .then(|| tokio::spawn(self.clone().probe(index, probes.clone(), target, pid)));
+                    let outcome = {
+                        let wait = child.wait();
+                        tokio::pin!(wait);
+                        tokio::select! {
+                            status = &mut wait => Ok(status),
+                            grace = stopped(&mut stop) => Err(grace),
+                        }
+                    };
+                    let status = match outcome {
+                        Ok(status) => status,
+                        Err(grace) => {
+                            signal_group(pid, libc::SIGTERM);
+                            match tokio::time::timeout(grace, child.wait()).await {
+                                Ok(status) => status,
+                                Err(_) => {
+                                    signal_group(pid, libc::SIGKILL);
+                                    child.wait().await
+                                }
+                            }
+                        }
+                    };
+                    if let Some(probing) = probing {
+                        probing.abort();
+                    }
+                    // The output of a process whose children keep its pipes open is not waited for.
+                    for copy in copies {
+                        let _ = tokio::time::timeout(Duration::from_secs(1), copy).await;
+                    }
+                    let _ = std::fs::remove_file(self.pod_dir.join("pids").join(self.with(index, |c| c.name.clone())));
+                    let code = match status {
+                        Ok(status) => {
+                            use std::os::unix::process::ExitStatusExt;
+                            status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(9))
+                        }
+                        Err(_) => 128,
+                    };
+                    (code, if code == 0 { "Completed" } else { "Error" })
+                }
+            };
+            let terminated = json!({"terminated": {"exitCode": code, "reason": reason, "startedAt": started_at,
+                                                   "finishedAt": rfc3339_now(), "containerID": container_id}});
+            let init = self.with(index, |c| c.init);
+            let restart = stop.borrow().is_none()
+                && match self.restart_policy.as_str() {
+                    "Never" => false,
+                    "OnFailure" => code != 0,
+                    _ => !init || code != 0,
+                };
+            if !restart {
+                self.with(index, |c| {
+                    c.state = terminated;
+                    c.ready = false;
+                });
+                self.report().await;
+                return code == 0;
+            }
+            if started.elapsed() >= BACKOFF_RESET {
+                crashes = 0;
+            }
+            let delay = if crashes == 0 {
+                Duration::ZERO
+            } else {
+                backoff.saturating_mul(1 << (crashes - 1).min(16)).min(MAX_BACKOFF)
+            };
+            crashes += 1;
+            let name = self.with(index, |c| {
+                c.last_state = terminated;
+                c.ready = false;
+                c.started = false;
+                if !delay.is_zero() {
+                    c.state = json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!(
+                        "back-off {}s restarting failed container={} pod={}_{}({})",
+                        delay.as_secs(), c.name, self.name, self.namespace, self.uid)}});
+                }
+                c.name.clone()
+            });
+            if !delay.is_zero() {
+                self.report().await;
+                tracing::debug!(pod = %self.name, container = %name, ?delay, "crash loop back-off");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stopped(&mut stop) => continue,
+                }
+            }
+            self.with(index, |c| c.restart_count += 1);
+        }
+    }
+
+    /// Runs the container's probes while its process `pid` lives: startup first, then liveness and readiness. A
+    /// failed liveness probe kills the process (the restart policy then applies).
+    async fn probe(self: Arc<Self>, index: usize, probes: Probes, target: probe::Target, pid: u32) {
+        if let Some(startup) = &probes.startup {
+            if !startup.passes_within(&target).await {
+                signal_group(pid, libc::SIGKILL);
+                return;
+            }
+            self.with(index, |c| {
+                c.started = true;
+                c.ready = probes.readiness.is_none();
+            });
+            self.report().await;
+        }
+        let liveness = async {
+            if let Some(liveness) = &probes.liveness {
+                liveness.until_failure(&target).await;
+                tracing::info!(pod = %self.name, "liveness probe failed; killing the container");
+                signal_group(pid, libc::SIGKILL);
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let readiness = async {
+            if let Some(readiness) = &probes.readiness {
+                readiness
+                    .watch(&target, |ready| {
+                        let changed = self.with(index, |c| std::mem::replace(&mut c.ready, ready) != ready);
+                        let shared = self.clone();
+                        async move {
+                            if changed {
+                                shared.report().await;
+                            }
+                        }
+                    })
+                    .await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::join!(liveness, readiness);
+    }
+
+    /// Sends the pod's status as it is now.
+    async fn report(&self) {
+        let _order = self.reporting.lock().await;
+        if self.silent.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let containers = self.containers.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let status = pod_status(&containers, &self.pod_ip, &self.host_ip, &self.start_time);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let patch = json!({"status": status});
+        if let Err(error) = pods.patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            tracing::debug!(%error, pod = %self.name, "reporting a pod's status");
+        }
+    }
+}
+
+/// A container's state is final when it is terminated (it is only marked so when it will not run again).
+fn terminated_with(container: &Container) -> Option<i64> {
+    container.state.get("terminated").map(|t| t["exitCode"].as_i64().unwrap_or(0))
+}
+
+/// The pod's status from its containers' states.
+fn pod_status(containers: &[Container], pod_ip: &str, host_ip: &str, start_time: &str) -> Value {
+    let (init, main): (Vec<&Container>, Vec<&Container>) = containers.iter().partition(|c| c.init);
+    let initialized = init.iter().all(|c| terminated_with(c) == Some(0));
+    let init_failed = init.iter().any(|c| terminated_with(c).is_some_and(|code| code != 0));
+    let all_done = main.iter().all(|c| terminated_with(c).is_some());
+    let phase = if init_failed {
+        "Failed"
+    } else if initialized && all_done && !main.is_empty() {
+        if main.iter().all(|c| terminated_with(c) == Some(0)) { "Succeeded" } else { "Failed" }
+    } else if initialized && main.iter().any(|c| c.state.get("running").is_some() || c.restart_count > 0) {
+        "Running"
+    } else {
+        "Pending"
+    };
+    let ready = initialized && main.iter().all(|c| c.ready);
+    let now = rfc3339_now();
+    let condition = |kind: &str, ok: bool, reason: &str| {
+        let reason = if ok { Value::Null } else { json!(reason) };
+        json!({"type": kind, "status": if ok { "True" } else { "False" }, "reason": reason, "lastProbeTime": null,
+               "lastTransitionTime": now})
+    };
+    let statuses = |list: &[&Container]| -> Vec<Value> {
+        list.iter()
+            .map(|c| {
+                json!({"name": c.name, "image": c.image, "imageID": format!("process://{}", c.image),
+                       "ready": c.ready, "started": c.started, "restartCount": c.restart_count,
+                       "state": c.state, "lastState": c.last_state})
+            })
+            .collect()
+    };
+    json!({
+        "phase": phase,
+        "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip, "podIPs": [{"ip": pod_ip}],
+        "startTime": start_time,
+        "conditions": [
+            condition("PodReadyToStartContainers", true, ""),
+            condition("Initialized", initialized, "ContainersNotInitialized"),
+            condition("Ready", ready, "ContainersNotReady"),
+            condition("ContainersReady", ready, "ContainersNotReady"),
+            condition("PodScheduled", true, ""),
+        ],
+        "initContainerStatuses": statuses(&init),
+        "containerStatuses": statuses(&main),
+    })
+}

@@ -1,0 +1,106 @@
+//! `nest debug`: small programs for trying out and testing the process runtime, run from nest's own image.
+//!
+//! - `http-echo --listen ADDR:PORT`: answers every HTTP request with a line naming the pod (`$HOSTNAME`), the
+//!   address it was reached on and the path, and logs each request to stdout. `/healthz` fails once
+//!   `--healthy-for-seconds` have passed, for liveness probes.
+//! - `exit --code N`: prints a line and exits with code N after `--after-ms`, for restart back-off.
+//! - `cat FILE…`: prints files (what a volume holds) and environment variables (`--env NAME`), then sleeps.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Debug {
+    /// An HTTP server that says which pod answered.
+    HttpEcho {
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: SocketAddr,
+        /// After this many seconds /healthz answers 500.
+        #[arg(long, value_name = "SECONDS")]
+        healthy_for_seconds: Option<u64>,
+    },
+    /// Prints a line, then exits with a code.
+    Exit {
+        #[arg(long, default_value_t = 1)]
+        code: i32,
+        #[arg(long, value_name = "MS", default_value_t = 0)]
+        after_ms: u64,
+    },
+    /// Prints files and environment variables, then sleeps until stopped.
+    Cat {
+        files: Vec<PathBuf>,
+        #[arg(long = "env", value_name = "NAME")]
+        env: Vec<String>,
+    },
+}
+
+pub async fn run(which: Debug) -> anyhow::Result<()> {
+    match which {
+        Debug::HttpEcho { listen, healthy_for_seconds } => http_echo(listen, healthy_for_seconds).await,
+        Debug::Exit { code, after_ms } => {
+            println!("exiting with code {code} after {after_ms} ms");
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            std::process::exit(code);
+        }
+        Debug::Cat { files, env } => {
+            for file in &files {
+                let text = std::fs::read_to_string(file).unwrap_or_else(|e| format!("<{e}>"));
+                println!("{}: {text}", file.display());
+            }
+            for name in &env {
+                println!("${name}={}", std::env::var(name).unwrap_or_default());
+            }
+            super::shutdown_signal().await;
+            Ok(())
+        }
+    }
+}
+
+async fn http_echo(listen: SocketAddr, healthy_for: Option<u64>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let pod = std::env::var("HOSTNAME").unwrap_or_default();
+    println!("http-echo {pod} listening on {}", listener.local_addr()?);
+    let started = Instant::now();
+    let serve = async {
+        loop {
+            let Ok((mut stream, peer)) = listener.accept().await else { continue };
+            let pod = pod.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buffer = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head);
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let unhealthy = path == "/healthz" && healthy_for.is_some_and(|s| started.elapsed().as_secs() >= s);
+                let (status, body) = if unhealthy {
+                    ("500 Internal Server Error", "unhealthy\n".to_string())
+                } else {
+                    let local = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                    ("200 OK", format!("{pod} {local} {path}\n"))
+                };
+                println!("{peer} GET {path} {}", &status[..3]);
+                let response = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    };
+    tokio::select! {
+        () = serve => Ok(()),
+        () = super::shutdown_signal() => {
+            println!("http-echo {pod} stopping");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The process runtime: pods whose images map to the `nest` binary run as real processes of `nest debug …`, each on
+//! its own loopback address, with their volumes and environment, restarted and probed as Kubernetes does, stopped
+//! within their grace period, and never left behind or duplicated by a node that stops and starts again.
+//!
+//! Each test gives its node its own loopback range, so tests running at once never share an address.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{Component, ControllerManager, Server, backends, eventually};
+use serde_json::Value;
+
+/// A cluster whose one node runs pods as processes: API server, controller-manager, scheduler, and
+/// `nest node --runtime process` with its pods in `pod_cidr` and its files in the returned directory.
+struct Cluster {
+    server: Server,
+    node_dir: tempfile::TempDir,
+    node_args: Vec<String>,
+    node: Option<Component>,
+    _others: [Component; 2],
+}
+
+impl Cluster {
+    fn start(pod_cidr: &str, extra: &[&str]) -> Cluster {
+        let (_, storage) = backends().remove(0);
+        let server = Server::start(&storage);
+        let controllers = ControllerManager::start(&server, "cm", 15);
+        let scheduler = Component::run(&server, &["scheduler"]);
+        let node_dir = tempfile::tempdir().unwrap();
+        let mut node_args: Vec<String> =
+            ["node", "--name", "proc", "--runtime", "process", "--crash-backoff-seconds", "1"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        node_args.extend([
+            "--pod-cidr".into(),
+            pod_cidr.into(),
+            "--data-dir".into(),
+            node_dir.path().display().to_string(),
+        ]);
+        node_args.extend(extra.iter().map(|s| s.to_string()));
+        let mut cluster = Cluster { server, node_dir, node_args, node: None, _others: [controllers, scheduler] };
+        cluster.start_node();
+        cluster
+    }
+
+    fn start_node(&mut self) {
+        let args: Vec<&str> = self.node_args.iter().map(String::as_str).collect();
+        self.node = Some(Component::run(&self.server, &args));
+    }
+
+    /// The log file of run `restart` of `container` in pod `pod`.
+    fn log(&self, pod: &str, container: &str, restart: u32) -> String {
+        let uid = self.server.ok(&["get", "pod", pod, "-o", "jsonpath={.metadata.uid}"]);
+        let path = self
+            .node_dir
+            .path()
+            .join("proc/pods")
+            .join(uid)
+            .join("logs")
+            .join(container)
+            .join(format!("{restart}.log"));
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+}
+
+fn pod(server: &Server, name: &str) -> Value {
+    server.json(&["get", "pod", name])
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// The processes on this machine whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) && pid != std::process::id() {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// GET `path` from `address`: the body, or the error.
+fn get(address: &str, path: &str) -> Result<String, String> {
+    let mut stream = std::net::TcpStream::connect(address).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(|e| e.to_string())?;
+    Ok(response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
+}
+
+const ECHO: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      containers:
+      - name: echo
+        image: ghcr.io/nest-dev/nest:latest
+        args: [debug, http-echo, --listen, "$(POD_IP):8080"]
+        env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
+        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+"#;
+
+/// The echo pods: (name, IP, ready).
+fn echoes(server: &Server) -> Vec<(String, String, bool)> {
+    let list = server.json(&["get", "pods", "-l", "app=echo"]);
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let ip = p["status"]["podIP"].as_str().unwrap_or_default().to_string();
+            (p["metadata"]["name"].as_str().unwrap().to_string(), ip, ready(p))
+        })
+        .collect()
+}
+
+#[test]
+fn pods_run_as_processes_on_their_own_loopback_addresses() {
+    let cluster = Cluster::start("127.11.0.0/16", &[]);
+    let server = &cluster.server;
+    eventually(30, "a process node", || {
+        server.ok(&["get", "nodes", "-l", "nest.dev/runtime=process", "-o", "name"]).trim() == "node/proc"
+    });
+    server.apply_manifest(ECHO);
+    eventually(60, "3 echo pods Ready", || {
+        let pods = echoes(server);
+        pods.len() == 3 && pods.iter().all(|p| p.2)
+    });
+    let pods = echoes(server);
+    let ips: std::collections::BTreeSet<&str> = pods.iter().map(|p| p.1.as_str()).collect();
+    assert_eq!(ips.len(), 3, "distinct addresses: {pods:?}");
+    for (name, ip, _) in &pods {
+        assert!(ip.starts_with("127.11."), "{ip} is not in the node's range");
+        // Each pod listens on the same port of its own address, and answers as itself.
+        let body = get(&format!("{ip}:8080"), "/hello").unwrap();
+        assert_eq!(body.trim(), format!("{name} {ip}:8080 /hello"));
+        // Its output goes to its log.
+        eventually(10, "the request logged", || cluster.log(name, "echo", 0).contains("GET /hello 200"));
+    }
+    assert_eq!(processes_with("--listen 127.11.").len(), 3, "one process per pod");
+
+    server.ok(&["scale", "deployment", "echo", "--replicas=0"]);
+    eventually(30, "no echo pods", || echoes(server).is_empty());
+    for (_, ip, _) in &pods {
+        assert!(get(&format!("{ip}:8080"), "/").is_err(), "{ip} still answers after scaling to 0");
+    }
+    assert!(processes_with("--listen 127.11.").is_empty(), "processes left after their pods went");
+}
+
+const FAILING: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: crasher, namespace: default}
+spec:
+  containers: [{name: main, image: nest, args: [debug, exit, --code, "3"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: once, namespace: default}
+spec:
+  restartPolicy: Never
+  containers: [{name: main, image: nest, args: [debug, exit, --code, "0"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sickly, namespace: default}
+spec:
+  containers:
+  - name: main
+    image: nest
+    args: [debug, http-echo, --listen, "$(POD_IP):8080", --healthy-for-seconds, "2"]
+    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
+    livenessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1, failureThreshold: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unready, namespace: default, labels: {app: unready}}
+spec:
+  containers:
+  - name: main
+    image: nest
+    args: [debug, http-echo, --listen, "$(POD_IP):8080"]
+    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
+    ports: [{name: web, containerPort: 8080}]
+    readinessProbe: {tcpSocket: {port: 9999}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: unready, namespace: default}
+spec: {selector: {app: unready}, ports: [{port: 80, targetPort: web}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: refused, namespace: default}
+spec:
+  containers: [{name: main, image: nginx}]
+"#;
+
+#[test]
+fn crashing_containers_back_off_and_probes_restart_or_unready_them() {
+    let cluster = Cluster::start("127.12.0.0/16", &[]);
+    let server = &cluster.server;
+    server.apply_manifest(FAILING);
+
+    // Exits with 3, again and again: restarted, with back-off between the restarts.
+    eventually(60, "crasher in CrashLoopBackOff", || {
+        let status = &pod(server, "crasher")["status"]["containerStatuses"][0];
+        status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+            && status["restartCount"].as_i64().unwrap_or(0) >= 1
+            && status["lastState"]["terminated"]["exitCode"] == 3
+    });
+    assert!(cluster.log("crasher", "main", 0).contains("exiting with code 3"));
+
+    // restartPolicy Never and exit code 0: Succeeded, not restarted.
+    eventually(30, "once Succeeded", || pod(server, "once")["status"]["phase"] == "Succeeded");
+    assert_eq!(pod(server, "once")["status"]["containerStatuses"][0]["restartCount"], 0);
+
+    // /healthz fails after two seconds: the liveness probe kills the process, which is restarted.
+    eventually(60, "sickly restarted by its liveness probe", || {
+        let status = &pod(server, "sickly")["status"]["containerStatuses"][0];
+        status["restartCount"].as_i64().unwrap_or(0) >= 1 && status["lastState"]["terminated"]["exitCode"] == 137
+    });
+
+    // A readiness probe that never passes: Running, not Ready, and not an address the Service sends to.
+    eventually(30, "unready Running", || pod(server, "unready")["status"]["phase"] == "Running");
+    let ip = pod(server, "unready")["status"]["podIP"].as_str().unwrap().to_string();
+    eventually(30, "unready among the Service's not-ready addresses", || {
+        let endpoints = server.json(&["get", "endpoints", "unready"]);
+        endpoints["subsets"][0]["notReadyAddresses"][0]["ip"] == ip.as_str()
+    });
+    assert!(!ready(&pod(server, "unready")));
+    assert!(get(&format!("{ip}:8080"), "/").is_ok(), "the process itself runs");
+
+    // A process-only node cannot run nginx, and says so.
+    eventually(30, "refused with a reason", || {
+        pod(server, "refused")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImageNotAllowed"
+    });
+    let events = server.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=refused",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(events.contains("\"nginx\" is not on the allowlist"), "{events}");
+}
+
+const CONFIGURED: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: default}
+data: {greeting: hello, colour: blue}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: default}
+stringData: {password: s3cret}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reader, namespace: default, labels: {tier: backend}}
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: nest
+    command: [nest]
+    args: [debug, cat, /etc/config/greeting, /etc/secret/password, /etc/podinfo/labels,
+           --env, GREETING, --env, PASSWORD, --env, CONFIG_DIR, --env, MY_NAMESPACE, --env, CFG_colour, --env, CPUS]
+    env:
+    - {name: GREETING, valueFrom: {configMapKeyRef: {name: settings, key: greeting}}}
+    - {name: PASSWORD, valueFrom: {secretKeyRef: {name: creds, key: password}}}
+    - {name: CONFIG_DIR, value: /etc/config}
+    - {name: MY_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+    - {name: CPUS, valueFrom: {resourceFieldRef: {resource: limits.cpu}}}
+    envFrom: [{prefix: CFG_, configMapRef: {name: settings}}]
+    resources: {limits: {cpu: "2"}}
+    volumeMounts:
+    - {name: config, mountPath: /etc/config}
+    - {name: secret, mountPath: /etc/secret}
+    - {name: podinfo, mountPath: /etc/podinfo}
+  volumes:
+  - {name: config, configMap: {name: settings}}
+  - {name: secret, secret: {secretName: creds}}
+  - {name: podinfo, downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: stubborn, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: shell
+    command: [sh, -c, "trap '' TERM; echo started; while true; do sleep 0.2; done"]
+"#;
+
+#[test]
+fn volumes_and_environment_reach_the_process_and_deletion_stops_it_within_the_grace_period() {
+    let cluster = Cluster::start("127.13.0.0/16", &["--allow-image", "shell=/bin/sh"]);
+    let server = &cluster.server;
+    server.apply_manifest(CONFIGURED);
+    eventually(30, "reader Running", || pod(server, "reader")["status"]["phase"] == "Running");
+    eventually(10, "reader's output", || cluster.log("reader", "main", 0).contains("$CPUS="));
+    let log = cluster.log("reader", "main", 0);
+    let uid = pod(server, "reader")["metadata"]["uid"].as_str().unwrap().to_string();
+    let volumes: PathBuf = cluster.node_dir.path().join("proc/pods").join(&uid).join("volumes");
+    let line = |file: &str| format!("{}: ", volumes.join(file).display());
+    assert!(log.contains(&format!("{}hello", line("config/greeting"))), "{log}");
+    assert!(log.contains(&format!("{}s3cret", line("secret/password"))), "{log}");
+    assert!(log.contains(&format!("{}tier=\"backend\"", line("podinfo/labels"))), "{log}");
+    for expected in [
+        "$GREETING=hello".to_string(),
+        "$PASSWORD=s3cret".to_string(),
+        format!("$CONFIG_DIR={}", volumes.join("config").display()),
+        "$MY_NAMESPACE=default".to_string(),
+        "$CFG_colour=blue".to_string(),
+        "$CPUS=2".to_string(),
+    ] {
+        assert!(log.lines().any(|l| l.ends_with(&expected)), "{expected} not in {log}");
+    }
+
+    // kubectl delete waits for the pod to go: the process stops on SIGTERM at once.
+    let started = Instant::now();
+    server.ok(&["delete", "pod", "reader", "--timeout=60s"]);
+    assert!(started.elapsed() < Duration::from_secs(20), "deleting reader took {:?}", started.elapsed());
+    assert!(processes_with(&uid).is_empty(), "reader's process survived its pod");
+
+    // One that ignores SIGTERM is killed when its grace period of 2 s ends.
+    eventually(30, "stubborn Running", || cluster.log("stubborn", "main", 0).contains("started"));
+    let started = Instant::now();
+    server.ok(&["delete", "pod", "stubborn", "--timeout=60s"]);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(1500), "stubborn went after {took:?}, before its grace period ended");
+    assert!(took < Duration::from_secs(20), "stubborn took {took:?}");
+    assert!(processes_with("echo started; while true").is_empty(), "stubborn's process survived its pod");
+}
+
+#[test]
+fn a_node_that_stops_and_starts_again_neither_orphans_nor_duplicates_processes() {
+    let mut cluster = Cluster::start("127.14.0.0/16", &[]);
+    cluster.server.apply_manifest(&ECHO.replace("replicas: 3", "replicas: 2"));
+    let all_ready = |server: &Server| {
+        let pods = echoes(server);
+        pods.len() == 2 && pods.iter().all(|p| p.2)
+    };
+    eventually(60, "2 echo pods Ready", || all_ready(&cluster.server));
+    assert_eq!(processes_with("--listen 127.14.").len(), 2);
+
+    // SIGTERM: the node stops its processes before it exits.
+    cluster.node.as_mut().unwrap().terminate();
+    assert!(processes_with("--listen 127.14.").is_empty(), "processes left after the node stopped");
+    cluster.start_node();
+    eventually(60, "the pods running again", || {
+        processes_with("--listen 127.14.").len() == 2 && all_ready(&cluster.server)
+    });
+    for (_, ip, _) in echoes(&cluster.server) {
+        eventually(10, "an answer", || get(&format!("{ip}:8080"), "/").is_ok());
+    }
+
+    // SIGKILL: the processes die with the node, and a new node starts each pod once.
+    cluster.node.as_mut().unwrap().kill();
+    eventually(10, "the processes gone with their node", || processes_with("--listen 127.14.").is_empty());
+    cluster.start_node();
+    eventually(60, "the pods running again", || {
+        processes_with("--listen 127.14.").len() == 2 && all_ready(&cluster.server)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(processes_with("--listen 127.14.").len(), 2, "duplicates after the restart");
+}
