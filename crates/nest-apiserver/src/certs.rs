@@ -21,6 +21,9 @@ pub struct Pki {
     pub serving_key: String,
     pub admin_cert: String,
     pub admin_key: String,
+    /// What the server presents to nodes' kubelet APIs (common name `kube-apiserver-kubelet-client`).
+    pub kubelet_client_cert: String,
+    pub kubelet_client_key: String,
 }
 
 fn dn(common_name: &str, organization: Option<&str>) -> DistinguishedName {
@@ -144,8 +147,34 @@ impl Pki {
             std::fs::write(files.path("admin.crt"), &cert)?;
             (cert, key)
         };
-        Ok(Pki { ca_cert, serving_cert, serving_key, admin_cert, admin_key })
+        let (kubelet_client_cert, kubelet_client_key) =
+            if files.path("kubelet-client.crt").exists() && files.path("kubelet-client.key").exists() {
+                (read(&files.path("kubelet-client.crt"))?, read(&files.path("kubelet-client.key"))?)
+            } else {
+                let (cert, key) = issue_client(&issuer, KUBELET_CLIENT, Some("system:masters"))?;
+                write_private(&files.path("kubelet-client.key"), &key)?;
+                std::fs::write(files.path("kubelet-client.crt"), &cert)?;
+                (cert, key)
+            };
+        Ok(Pki { ca_cert, serving_cert, serving_key, admin_cert, admin_key, kubelet_client_cert, kubelet_client_key })
     }
+}
+
+/// The common name of the API server's client certificate for kubelets.
+pub const KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
+
+/// A kubelet serving certificate for node `node` at `ips`, issued by the CA in `pki_dir` (`ca.crt`, `ca.key`, as
+/// [`Pki::load_or_create`] keeps them); returns (certificate PEM, key PEM, CA certificate PEM).
+pub fn issue_kubelet_serving(pki_dir: &Path, node: &str, ips: &[IpAddr]) -> anyhow::Result<(String, String, String)> {
+    let ca_cert = read(&pki_dir.join("ca.crt"))?;
+    let ca_key = KeyPair::from_pem(&read(&pki_dir.join("ca.key"))?).context("reading the CA key")?;
+    let issuer = Issuer::new(ca_params(), ca_key);
+    let mut names: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+    names.push(node.to_string());
+    let key = KeyPair::generate()?;
+    let cert = leaf(names, &format!("system:node:{node}"), Some("system:nodes"), ExtendedKeyUsagePurpose::ServerAuth)?
+        .signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem(), ca_cert))
 }
 
 /// Issues a client certificate for `user` in `group`; returns (certificate PEM, key PEM).

@@ -92,6 +92,7 @@ pub fn api_resource_list(catalog: &Catalog, group: &str, version: &str) -> Optio
         }
         if r.group.is_empty() && r.plural == "pods" {
             resources.push(sub("binding", "Binding", &["create"]));
+            resources.push(sub("log", "Pod", &["get"]));
         }
     }
     let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };

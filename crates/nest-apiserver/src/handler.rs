@@ -34,6 +34,8 @@ pub struct State {
     pub tokens: Tokens,
     /// `host:port` clients reach this server at.
     pub address: String,
+    /// How this server calls nodes' kubelet APIs.
+    pub kubelet_tls: Arc<rustls::ClientConfig>,
 }
 
 fn full(bytes: impl Into<Bytes>) -> Body {
@@ -294,7 +296,7 @@ fn target(state: &State, group: &str, version: &str, segments: &[&str]) -> Resul
         let known = (sub == "status" && resource.info.status)
             || (sub == "scale" && resource.info.scale.is_some())
             || (sub == "finalize" && resource.info.group.is_empty() && resource.info.plural == "namespaces")
-            || (sub == "binding" && resource.info.group.is_empty() && resource.info.plural == "pods");
+            || ((sub == "binding" || sub == "log") && resource.info.group.is_empty() && resource.info.plural == "pods");
         if !known {
             return Err(ApiError::no_route());
         }
@@ -506,6 +508,10 @@ async fn resource_request(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
             ))
+        }
+        (&Method::GET, Some(name), Some("log")) => {
+            let tls = state.kubelet_tls.clone();
+            crate::logs::pod_log(registry, tls, ns, name, |key| query.get(key).map(str::to_string)).await
         }
         (&Method::GET, Some(name), Some("scale")) => {
             let obj = registry.get(&target.resource, ns, name).await?;

@@ -13,6 +13,7 @@ pub mod body;
 pub mod certs;
 pub mod discovery;
 pub mod handler;
+pub mod logs;
 pub mod protobuf;
 
 use std::net::SocketAddr;
@@ -84,7 +85,8 @@ pub async fn serve(
     };
     let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr);
     registry.bootstrap(address.port()).await?;
-    let state = Arc::new(State { registry, tokens, address: host });
+    let kubelet_tls = Arc::new(logs::kubelet_client(&pki)?);
+    let state = Arc::new(State { registry, tokens, address: host, kubelet_tls });
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     ready(&Serving { address, kubeconfig });
 

@@ -15,8 +15,10 @@
 pub mod addresses;
 pub mod allowlist;
 pub mod expand;
+pub mod kubelet;
 pub mod probe;
 pub mod process;
+pub mod proxy;
 pub mod quantity;
 pub mod simulated;
 
@@ -93,19 +95,22 @@ pub struct Options {
     pub mode: Mode,
     /// Where the process runtime keeps its files, and what it may run (unused by simulated nodes).
     pub process: process::Config,
+    /// The kubelet API's certificates and port (0: any free port); without them the node serves no API, and
+    /// `kubectl logs` cannot reach it.
+    pub kubelet: Option<(kubelet::Tls, u16)>,
 }
 
 impl Options {
     /// Node `name` with index `index` (which picks its pod range and address) and a default size. Simulated nodes
-    /// get `10.244.<index>.0/24`; nodes that run processes get loopback addresses: `127.<index + 1>.0.0/16` for pods
-    /// and `127.0.1.<index + 1>` for the node.
+    /// get pod range `10.244.<index>.0/24`; nodes that run processes get the loopback range `127.<index + 1>.0.0/16`.
+    /// Either way the node's own address is `127.0.1.<index + 1>`.
     pub fn numbered(name: String, index: u8, mode: Mode, data_dir: &std::path::Path) -> Options {
-        let (pod_cidr, address) = match mode {
-            Mode::Simulated => (format!("10.244.{index}.0/24"), format!("172.31.0.{}", index.saturating_add(2))),
-            Mode::Process | Mode::Both => {
-                (format!("127.{}.0.0/16", index.saturating_add(1)), format!("127.0.1.{}", index.saturating_add(1)))
-            }
+        let pod_cidr = match mode {
+            Mode::Simulated => format!("10.244.{index}.0/24"),
+            Mode::Process | Mode::Both => format!("127.{}.0.0/16", index.saturating_add(1)),
         };
+        // A loopback address of its own, where its kubelet API listens.
+        let address = format!("127.0.1.{}", index.saturating_add(1));
         let nest = std::env::current_exe().unwrap_or_else(|_| "nest".into());
         Options {
             process: process::Config {
@@ -122,6 +127,7 @@ impl Options {
             start_delay: Duration::from_millis(200),
             lease_every: Duration::from_secs(10),
             mode,
+            kubelet: None,
         }
     }
 }
@@ -158,7 +164,18 @@ pub async fn run(
                 .map_err(|error| anyhow::anyhow!("preparing {}: {error}", options.process.data_dir.display()))?,
         )),
     };
-    register(&client, &options).await?;
+    let kubelet = match &options.kubelet {
+        Some((tls, port)) => {
+            let listener = tokio::net::TcpListener::bind((options.address.as_str(), *port))
+                .await
+                .map_err(|error| anyhow::anyhow!("the kubelet API on {}:{port}: {error}", options.address))?;
+            let port = listener.local_addr()?.port();
+            Some((listener, tls.clone(), port))
+        }
+        None => None,
+    };
+    let kubelet_port = kubelet.as_ref().map(|(_, _, port)| *port);
+    register(&client, &options, kubelet_port).await?;
     let context = Arc::new(Context {
         client: client.clone(),
         options: options.clone(),
@@ -173,9 +190,16 @@ pub async fn run(
                 tracing::debug!(%error, "node runtime");
             }
         });
+    let kubelet = async {
+        match kubelet {
+            Some((listener, tls, _)) => kubelet::serve(listener, tls, context.clone()).await,
+            None => std::future::pending().await,
+        }
+    };
     let result = tokio::select! {
         () = pod_loop => Err(anyhow::anyhow!("the pod watch of node {} ended", options.name)),
-        result = heartbeat(&client, &options) => result,
+        result = kubelet => result,
+        result = heartbeat(&client, &options, kubelet_port) => result,
         () = sweep(&context) => Ok(()),
         () = shutdown => Ok(()),
     };
@@ -201,7 +225,7 @@ async fn sweep(context: &Context) {
 }
 
 /// Creates the Node (or takes over an existing one of this name) and reports it Ready.
-async fn register(client: &Client, options: &Options) -> anyhow::Result<()> {
+async fn register(client: &Client, options: &Options, kubelet_port: Option<u16>) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let labels = BTreeMap::from([
         ("kubernetes.io/hostname".to_string(), options.name.clone()),
@@ -221,11 +245,11 @@ async fn register(client: &Client, options: &Options) -> anyhow::Result<()> {
         }
         Err(error) => return Err(error.into()),
     }
-    report_ready(&nodes, options).await
+    report_ready(&nodes, options, kubelet_port).await
 }
 
 /// Posts the node's status: capacity, addresses, and `Ready`.
-async fn report_ready(nodes: &Api<Node>, options: &Options) -> anyhow::Result<()> {
+async fn report_ready(nodes: &Api<Node>, options: &Options, kubelet_port: Option<u16>) -> anyhow::Result<()> {
     let resources = json!({"cpu": options.cpu, "memory": options.memory, "pods": options.pods.to_string()});
     let condition = |kind: &str, status: &str, reason: &str| {
         json!({"type": kind, "status": status, "reason": reason, "lastHeartbeatTime": rfc3339_now(),
@@ -240,6 +264,7 @@ async fn report_ready(nodes: &Api<Node>, options: &Options) -> anyhow::Result<()
             condition("PIDPressure", "False", "KubeletHasSufficientPID"),
         ],
         "addresses": [{"type": "InternalIP", "address": options.address}, {"type": "Hostname", "address": options.name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port.unwrap_or(0)}},
         "nodeInfo": {
             "kubeletVersion": "v1.33.0-nest", "kubeProxyVersion": "", "containerRuntimeVersion": format!("nest-{}://1", options.mode.label()),
             "operatingSystem": "linux", "architecture": "amd64", "osImage": format!("nest {} node", options.mode.label()),
@@ -251,7 +276,7 @@ async fn report_ready(nodes: &Api<Node>, options: &Options) -> anyhow::Result<()
 }
 
 /// Renews the node's Lease in `kube-node-lease`, as the kubelet does.
-async fn heartbeat(client: &Client, options: &Options) -> anyhow::Result<()> {
+async fn heartbeat(client: &Client, options: &Options, kubelet_port: Option<u16>) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     loop {
         let renew = MicroTime(now());
@@ -286,7 +311,7 @@ async fn heartbeat(client: &Client, options: &Options) -> anyhow::Result<()> {
                 .into_iter()
                 .flatten()
                 .any(|c| c.type_ == "Ready" && c.status == "True");
-            if !ready && let Err(error) = report_ready(&nodes, options).await {
+            if !ready && let Err(error) = report_ready(&nodes, options, kubelet_port).await {
                 tracing::warn!(%error, node = %options.name, "reporting the node Ready");
             }
         }
@@ -343,16 +368,16 @@ pub(crate) async fn remove(pod: &Pod, context: &Context) -> Result<(), kube::Err
     Ok(())
 }
 
-/// How much of a deleted pod's grace period is left.
-pub(crate) fn grace_left(pod: &Pod) -> Duration {
-    let due = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0).unwrap_or_else(now);
-    due.duration_since(now()).try_into().unwrap_or(Duration::ZERO)
+/// The grace period a deleted pod's processes get. Like the kubelet, the node counts `deletionGracePeriodSeconds`
+/// from when it sees the deletion, since the deletionTimestamp has only whole seconds.
+pub(crate) fn grace_period(pod: &Pod) -> Duration {
+    Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0).unsigned_abs())
 }
 
 async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runtime) -> Result<Action, kube::Error> {
     let uid = pod.uid().unwrap_or_default();
     if pod.metadata.deletion_timestamp.is_some() {
-        runtime.stop(&uid, grace_left(pod)).await;
+        runtime.stop(&uid, grace_period(pod)).await;
         remove(pod, context).await?;
         runtime.remove(&uid).await;
         return Ok(Action::await_change());

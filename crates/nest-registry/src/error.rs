@@ -140,6 +140,11 @@ impl ApiError {
         error
     }
 
+    /// A 503: something the request needs (a node's kubelet API, say) cannot be reached.
+    pub fn service_unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(503, "ServiceUnavailable", message)
+    }
+
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
     }

@@ -1,7 +1,7 @@
 //! `nest`: nested Kubernetes control planes. One binary; each subcommand is one component or tool.
 //!
 //! Today: `nest up` (a whole cluster in one process), `nest apiserver`, `nest controller-manager`, `nest scheduler`,
-//! `nest node`, `nest bench` and `nest debug` (small programs for pods). See `docs/ARCHITECTURE.md` for where each part lives.
+//! `nest node`, `nest proxy`, `nest bench` and `nest debug` (small programs for pods). See `docs/ARCHITECTURE.md` for where each part lives.
 
 mod bench;
 mod cmd;
@@ -28,6 +28,8 @@ enum Command {
     Scheduler(cmd::scheduler::Args),
     /// Nodes that run the pods bound to them, as processes or in simulation.
     Node(cmd::node::Args),
+    /// The service proxy: serves loopback ClusterIPs on this machine.
+    Proxy(cmd::proxy::Args),
     /// Small programs to run in pods (an HTTP echo server, a crashing program, a file printer).
     Debug {
         #[command(subcommand)]
@@ -53,6 +55,7 @@ fn main() -> anyhow::Result<()> {
         Command::ControllerManager(args) => runtime.block_on(cmd::controller_manager::run(args)),
         Command::Scheduler(args) => runtime.block_on(cmd::scheduler::run(args)),
         Command::Node(args) => runtime.block_on(cmd::node::run(args)),
+        Command::Proxy(args) => runtime.block_on(cmd::proxy::run(args)),
         Command::Bench { which } => runtime.block_on(bench::run(which)),
         Command::Debug { which } => runtime.block_on(cmd::debug::run(which)),
     }

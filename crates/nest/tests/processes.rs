@@ -10,25 +10,26 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Component, ControllerManager, Server, backends, eventually};
+use common::{Component, ControllerManager, Server, eventually};
 use serde_json::Value;
 
-/// A cluster whose one node runs pods as processes: API server, controller-manager, scheduler, and
-/// `nest node --runtime process` with its pods in `pod_cidr` and its files in the returned directory.
+/// A cluster whose one node runs pods as processes: API server (its Services in loopback range `service_cidr`),
+/// controller-manager, scheduler, service proxy, and `nest node --runtime process` with its pods in `pod_cidr` and
+/// its files in a temporary directory.
 struct Cluster {
     server: Server,
     node_dir: tempfile::TempDir,
     node_args: Vec<String>,
     node: Option<Component>,
-    _others: [Component; 2],
+    _others: [Component; 3],
 }
 
 impl Cluster {
-    fn start(pod_cidr: &str, extra: &[&str]) -> Cluster {
-        let (_, storage) = backends().remove(0);
-        let server = Server::start(&storage);
+    fn start(pod_cidr: &str, service_cidr: &str, extra: &[&str]) -> Cluster {
+        let server = Server::start_with(&["--service-cidr", service_cidr]);
         let controllers = ControllerManager::start(&server, "cm", 15);
         let scheduler = Component::run(&server, &["scheduler"]);
+        let proxy = Component::run(&server, &["proxy"]);
         let node_dir = tempfile::tempdir().unwrap();
         let mut node_args: Vec<String> =
             ["node", "--name", "proc", "--runtime", "process", "--crash-backoff-seconds", "1"]
@@ -41,8 +42,10 @@ impl Cluster {
             "--data-dir".into(),
             node_dir.path().display().to_string(),
         ]);
+        let ca_dir = server.data_dir().join("pki").display().to_string();
+        node_args.extend(["--ca-dir".into(), ca_dir, "--kubelet-port".into(), "0".into()]);
         node_args.extend(extra.iter().map(|s| s.to_string()));
-        let mut cluster = Cluster { server, node_dir, node_args, node: None, _others: [controllers, scheduler] };
+        let mut cluster = Cluster { server, node_dir, node_args, node: None, _others: [controllers, scheduler, proxy] };
         cluster.start_node();
         cluster
     }
@@ -133,7 +136,7 @@ fn echoes(server: &Server) -> Vec<(String, String, bool)> {
 
 #[test]
 fn pods_run_as_processes_on_their_own_loopback_addresses() {
-    let cluster = Cluster::start("127.11.0.0/16", &[]);
+    let cluster = Cluster::start("127.11.0.0/16", "127.111.0.0/16", &[]);
     let server = &cluster.server;
     eventually(30, "a process node", || {
         server.ok(&["get", "nodes", "-l", "nest.dev/runtime=process", "-o", "name"]).trim() == "node/proc"
@@ -151,16 +154,64 @@ fn pods_run_as_processes_on_their_own_loopback_addresses() {
         // Each pod listens on the same port of its own address, and answers as itself.
         let body = get(&format!("{ip}:8080"), "/hello").unwrap();
         assert_eq!(body.trim(), format!("{name} {ip}:8080 /hello"));
-        // Its output goes to its log.
+        // Its output goes to its log, which kubectl reads through the API server and the node's kubelet API.
         eventually(10, "the request logged", || cluster.log(name, "echo", 0).contains("GET /hello 200"));
+        let logs = server.ok(&["logs", name]);
+        assert!(logs.starts_with(&format!("http-echo {name} listening on {ip}:8080")), "{logs}");
+        assert!(logs.contains("GET /hello 200"), "{logs}");
     }
+    let (first, first_ip, _) = &pods[0];
+    let last = server.ok(&["logs", first, "--tail=1", "--timestamps"]);
+    assert_eq!(last.lines().count(), 1, "{last}");
+    assert!(last.starts_with("20") && last.contains(" GET /"), "a timestamped line: {last}");
+
+    // kubectl logs -f follows: a request made after it started shows up.
+    let mut follow = std::process::Command::new(common::KUBECTL)
+        .args(["logs", "-f", first])
+        .env("KUBECONFIG", &server.kubeconfig)
+        .env("KUBECACHEDIR", server.cache.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    get(&format!("{first_ip}:8080"), "/followed").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let line = seen.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("the followed line");
+        if line.contains("GET /followed 200") {
+            break;
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
     assert_eq!(processes_with("--listen 127.11.").len(), 3, "one process per pod");
+
+    // A ClusterIP Service in front of them answers on this machine, through the proxy, from each pod in turn.
+    server.ok(&["expose", "deployment", "echo", "--port=80", "--target-port=8080"]);
+    let cluster_ip = server.ok(&["get", "service", "echo", "-o", "jsonpath={.spec.clusterIP}"]);
+    assert!(cluster_ip.starts_with("127.111."), "{cluster_ip}");
+    let service = format!("{cluster_ip}:80");
+    eventually(30, "the Service answering", || get(&service, "/").is_ok());
+    let answered: std::collections::BTreeSet<String> = (0..9)
+        .map(|_| get(&service, "/via-service").unwrap().split(' ').next().unwrap_or_default().to_string())
+        .collect();
+    let names: std::collections::BTreeSet<String> = pods.iter().map(|p| p.0.clone()).collect();
+    assert_eq!(answered, names, "every pod answers through the Service");
 
     server.ok(&["scale", "deployment", "echo", "--replicas=0"]);
     eventually(30, "no echo pods", || echoes(server).is_empty());
     for (_, ip, _) in &pods {
         assert!(get(&format!("{ip}:8080"), "/").is_err(), "{ip} still answers after scaling to 0");
     }
+    eventually(30, "the Service refusing connections", || get(&service, "/").is_err_and(|e| e.contains("refused")));
     assert!(processes_with("--listen 127.11.").is_empty(), "processes left after their pods went");
 }
 
@@ -215,7 +266,7 @@ spec:
 
 #[test]
 fn crashing_containers_back_off_and_probes_restart_or_unready_them() {
-    let cluster = Cluster::start("127.12.0.0/16", &[]);
+    let cluster = Cluster::start("127.12.0.0/16", "127.112.0.0/16", &[]);
     let server = &cluster.server;
     server.apply_manifest(FAILING);
 
@@ -227,6 +278,11 @@ fn crashing_containers_back_off_and_probes_restart_or_unready_them() {
             && status["lastState"]["terminated"]["exitCode"] == 3
     });
     assert!(cluster.log("crasher", "main", 0).contains("exiting with code 3"));
+    let previous = server.ok(&["logs", "crasher", "--previous"]);
+    assert_eq!(previous.trim(), "exiting with code 3 after 0 ms");
+    let refused = server.kubectl(&["logs", "once", "--previous"]);
+    assert!(!refused.status.success(), "a container never restarted has no previous log");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("previous terminated container"));
 
     // restartPolicy Never and exit code 0: Succeeded, not restarted.
     eventually(30, "once Succeeded", || pod(server, "once")["status"]["phase"] == "Succeeded");
@@ -315,7 +371,7 @@ spec:
 
 #[test]
 fn volumes_and_environment_reach_the_process_and_deletion_stops_it_within_the_grace_period() {
-    let cluster = Cluster::start("127.13.0.0/16", &["--allow-image", "shell=/bin/sh"]);
+    let cluster = Cluster::start("127.13.0.0/16", "127.113.0.0/16", &["--allow-image", "shell=/bin/sh"]);
     let server = &cluster.server;
     server.apply_manifest(CONFIGURED);
     eventually(30, "reader Running", || pod(server, "reader")["status"]["phase"] == "Running");
@@ -356,7 +412,7 @@ fn volumes_and_environment_reach_the_process_and_deletion_stops_it_within_the_gr
 
 #[test]
 fn a_node_that_stops_and_starts_again_neither_orphans_nor_duplicates_processes() {
-    let mut cluster = Cluster::start("127.14.0.0/16", &[]);
+    let mut cluster = Cluster::start("127.14.0.0/16", "127.114.0.0/16", &[]);
     cluster.server.apply_manifest(&ECHO.replace("replicas: 3", "replicas: 2"));
     let all_ready = |server: &Server| {
         let pods = echoes(server);

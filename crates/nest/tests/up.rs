@@ -1,5 +1,6 @@
-//! `nest up`: one command brings up a cluster (API server, controllers, scheduler, a simulated node) that kubectl can use at once, stops
-//! cleanly on SIGTERM, and resumes from its data directory.
+//! `nest up`: one command brings up a cluster (API server, controllers, scheduler, a node running pods as processes
+//! or in simulation) that kubectl can use at once, stops cleanly on SIGTERM without leaving processes behind, and
+//! resumes from its data directory.
 
 mod common;
 
@@ -30,6 +31,18 @@ fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) -> std::process::Outp
     Command::new(KUBECTL).args(args).env("KUBECONFIG", kubeconfig).env("KUBECACHEDIR", cache).output().unwrap()
 }
 
+/// How many processes on this machine have `needle` in their command line.
+fn processes_with(needle: &str) -> usize {
+    let entries = std::fs::read_dir("/proc").unwrap().flatten();
+    entries
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok_and(|pid| pid != std::process::id()))
+        .filter(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains(needle)
+        })
+        .count()
+}
+
 fn stop(mut child: Child) -> std::process::ExitStatus {
     let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
     child.wait().unwrap()
@@ -49,14 +62,33 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
     eventually(20, "the controllers to give the namespace its ServiceAccount", || {
         kubectl(&kubeconfig, cache.path(), &["-n", "demo", "get", "serviceaccount", "default"]).status.success()
     });
-    eventually(20, "the simulated node", || {
-        let nodes = kubectl(&kubeconfig, cache.path(), &["get", "nodes", "-o", "name"]);
+    eventually(20, "the node", || {
+        let nodes = kubectl(&kubeconfig, cache.path(), &["get", "nodes", "-l", "nest.dev/runtime=both", "-o", "name"]);
         String::from_utf8_lossy(&nodes.stdout).contains("node/nest-node-0")
     });
+    // nest's own image runs as a process; anything else is simulated.
+    let marker = format!("up-test-{}", std::process::id());
+    let run =
+        ["run", "sleeper", "--image=ghcr.io/nest-dev/nest:latest", "--restart=Never", "--", "debug", "cat", "--env"];
+    assert!(kubectl(&kubeconfig, cache.path(), &[&run[..], &[marker.as_str()]].concat()).status.success());
+    assert!(kubectl(&kubeconfig, cache.path(), &["run", "web", "--image=nginx"]).status.success());
+    let phase = |pod: &str| {
+        let out = kubectl(&kubeconfig, cache.path(), &["get", "pod", pod, "-o", "jsonpath={.status.phase}"]);
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    eventually(30, "both pods Running", || phase("sleeper") == "Running" && phase("web") == "Running");
+    assert_eq!(processes_with(&marker), 1, "the sleeper runs as a process");
+    // kubectl logs reaches the node: a process's output, and a simulated pod's note.
+    let logs =
+        |pod: &str| String::from_utf8_lossy(&kubectl(&kubeconfig, cache.path(), &["logs", pod]).stdout).to_string();
+    eventually(10, "the sleeper's output", || logs("sleeper").contains(&format!("${marker}=")));
+    assert!(logs("web").contains("is simulated"), "{}", logs("web"));
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
+    assert_eq!(processes_with(&marker), 0, "nest up left a process behind");
 
     let (child, _) = up(data.path());
     let demo = kubectl(&kubeconfig, cache.path(), &["get", "namespace", "demo", "-o", "jsonpath={.status.phase}"]);
     assert_eq!(String::from_utf8_lossy(&demo.stdout), "Active", "the cluster resumes where it left off");
+    eventually(30, "the sleeper started again", || processes_with(&marker) == 1);
     assert!(stop(child).success());
 }

@@ -25,7 +25,7 @@ use kube::{Client, ResourceExt};
 
 use crate::allowlist::Allowlist;
 pub use prepare::{Launch, PrepareError};
-use supervise::PodRun;
+pub use supervise::PodRun;
 
 /// How the runtime is set up.
 #[derive(Clone, Debug)]
@@ -78,6 +78,14 @@ impl Runtime {
     /// Whether pod `uid` was started here (and not removed since).
     pub fn knows(&self, uid: &str) -> bool {
         self.pods().contains_key(uid)
+    }
+
+    /// The pod `namespace/name` started here, if any (the latest, should an earlier pod of that name linger).
+    pub fn find(&self, namespace: &str, name: &str) -> Option<Arc<PodRun>> {
+        let pods = self.pods();
+        let mut matching = pods.values().filter(|run| run.names() == (namespace, name));
+        let first = matching.next()?.clone();
+        Some(matching.find(|run| !run.finished()).cloned().unwrap_or(first))
     }
 
     fn pod_dir(&self, uid: &str) -> PathBuf {

@@ -145,6 +145,28 @@ impl PodRun {
         Arc::new(PodRun { stop, done, shared })
     }
 
+    /// The pod's namespace and name.
+    pub fn names(&self) -> (&str, &str) {
+        (&self.shared.namespace, &self.shared.name)
+    }
+
+    /// How often container `name` has been restarted (which numbers its current log); `None` if it has no such
+    /// container.
+    pub fn restart_count(&self, name: &str) -> Option<i32> {
+        let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        containers.iter().find(|c| c.name == name).map(|c| c.restart_count)
+    }
+
+    /// The log file of run `restart` of container `name`.
+    pub fn log_path(&self, name: &str, restart: i32) -> PathBuf {
+        self.shared.log_path(name, restart)
+    }
+
+    /// Whether every process of the pod has ended for good.
+    pub fn finished(&self) -> bool {
+        *self.done.borrow()
+    }
+
     /// Stops the pod's processes because the node is stopping: nothing more is reported.
     pub async fn stop_silently(&self, grace: Duration) {
         self.shared.silent.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -44,9 +44,43 @@ pub struct Args {
     /// i-th range of the same size after it).
     #[arg(long, value_name = "CIDR")]
     pod_cidr: Option<String>,
+    /// The port of each node's kubelet API (on the node's address; 0 picks a free one).
+    #[arg(long, value_name = "PORT", default_value_t = 10250)]
+    kubelet_port: u16,
+    /// The cluster CA's directory (`ca.crt` and `ca.key`, as `nest apiserver` keeps them in `<data-dir>/pki`): each
+    /// node issues its kubelet serving certificate from it. Without it (or `--tls-cert-file`), nodes serve no kubelet
+    /// API and `kubectl logs` cannot reach their pods.
+    #[arg(long, value_name = "DIR")]
+    ca_dir: Option<PathBuf>,
+    /// The kubelet serving certificate and key (PEM), issued by the cluster CA, instead of `--ca-dir`.
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file", conflicts_with = "ca_dir")]
+    tls_cert_file: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_private_key_file: Option<PathBuf>,
     /// The first back-off before restarting a container that keeps crashing, in seconds (it doubles up to 300).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     crash_backoff_seconds: u64,
+}
+
+/// The kubelet API's certificates for node `options`, from `--ca-dir` or `--tls-cert-file`; `ca_pem` (from the
+/// kubeconfig) verifies the API server's client certificate.
+fn kubelet_tls(
+    args: &Args,
+    options: &nest_node::Options,
+    ca_pem: &str,
+) -> anyhow::Result<Option<nest_node::kubelet::Tls>> {
+    let address: std::net::IpAddr = options.address.parse()?;
+    if let Some(dir) = &args.ca_dir {
+        let (cert, key, ca) = nest_apiserver::certs::issue_kubelet_serving(dir, &options.name, &[address])?;
+        return Ok(Some(nest_node::kubelet::Tls { cert, key, client_ca: ca }));
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
+        let read = |path: &PathBuf| {
+            std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+        };
+        return Ok(Some(nest_node::kubelet::Tls { cert: read(cert)?, key: read(key)?, client_ca: ca_pem.to_string() }));
+    }
+    Ok(None)
 }
 
 /// The options of node `i` of `args`.
@@ -78,10 +112,18 @@ fn nth_range(cidr: &str, index: u8) -> Option<String> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (client, _) = nest_controllers::connect(&args.kubeconfig).await?;
+    let (client, ca_pem) = nest_controllers::connect(&args.kubeconfig).await?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let nodes = (0..args.count.max(1)).map(|i| {
-        let (client, options) = (client.clone(), options(&args, i));
+    let mut all = Vec::new();
+    for i in 0..args.count.max(1) {
+        let mut options = options(&args, i);
+        if let Some(tls) = kubelet_tls(&args, &options, &ca_pem)? {
+            options.kubelet = Some((tls, args.kubelet_port));
+        }
+        all.push(options);
+    }
+    let nodes = all.into_iter().map(|options| {
+        let client = client.clone();
         let mut stopped = stopped.clone();
         let shutdown = async move {
             let _ = stopped.wait_for(|s| *s).await;

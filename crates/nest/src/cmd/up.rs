@@ -1,6 +1,6 @@
 //! `nest up`: a whole cluster on this machine, in one process — the API server on embedded storage, the
-//! controller-manager, the scheduler and one node (`nest-node-0`) that runs allowed pods as processes and simulates
-//! the rest. Ctrl-C stops it (and every process it started); running it again on the same data directory resumes
+//! controller-manager, the scheduler, one node (`nest-node-0`) that runs allowed pods as processes and simulates
+//! the rest, and the service proxy, which serves every ClusterIP (from `127.96.0.0/16`) on this machine. Ctrl-C stops it (and every process it started); running it again on the same data directory resumes
 //! where it left off.
 
 use std::net::SocketAddr;
@@ -59,10 +59,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
     tokio::spawn(nest_scheduler::run(client.clone()));
-    let node =
+    tokio::spawn(nest_node::proxy::run(client.clone()));
+    let mut node =
         nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
+    let (cert, key, client_ca) =
+        nest_apiserver::certs::issue_kubelet_serving(&args.data_dir.join("pki"), &node.name, &[node.address.parse()?])?;
+    // Any free port: the API server finds it in the Node's status.
+    node.kubelet = Some((nest_node::kubelet::Tls { cert, key, client_ca }, 0));
     let node = tokio::spawn(nest_node::run(client, node, until_stopped(stopped.clone())));
-    println!("nest is up: API server at https://{address}; controllers, scheduler and node nest-node-0 running.");
+    println!(
+        "nest is up: API server at https://{address}; controllers, scheduler, node nest-node-0 and the service proxy running."
+    );
     println!();
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  kubectl get namespaces");

@@ -26,19 +26,24 @@ impl Server {
 
     /// Starts a server whose etcd keys live under `prefix`; two servers given the same prefix share their objects.
     pub fn start_sharing(storage: &Storage, prefix: &str) -> Server {
-        Server::start_in(tempfile::tempdir().unwrap(), storage, prefix)
+        Server::start_in(tempfile::tempdir().unwrap(), storage, prefix, &[])
+    }
+
+    /// Starts a server on embedded storage with more arguments (such as `--service-cidr`).
+    pub fn start_with(args: &[&str]) -> Server {
+        Server::start_in(tempfile::tempdir().unwrap(), &Storage::Embedded, "", args)
     }
 
     /// Stops the server with SIGTERM and starts it again on the same data directory (and so the same store).
     pub fn restart(mut self) -> Server {
         self.stop();
         let data = std::mem::replace(&mut self._data, tempfile::tempdir().unwrap());
-        Server::start_in(data, &Storage::Embedded, "")
+        Server::start_in(data, &Storage::Embedded, "", &[])
     }
 
-    fn start_in(data: tempfile::TempDir, storage: &Storage, prefix: &str) -> Server {
+    fn start_in(data: tempfile::TempDir, storage: &Storage, prefix: &str, args: &[&str]) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_nest"));
-        command.args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path());
+        command.args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path()).args(args);
         if let Storage::Etcd(url) = storage {
             command.arg(format!("--storage=etcd={url}")).arg(format!("--storage-prefix={prefix}"));
         }
@@ -55,6 +60,11 @@ impl Server {
         std::thread::spawn(move || for _ in stderr.lines() {});
         let kubeconfig = data.path().join("admin.kubeconfig");
         Server { child, _data: data, kubeconfig, cache: tempfile::tempdir().unwrap() }
+    }
+
+    /// The server's data directory (its PKI is in `pki/`).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._data.path()
     }
 
     pub fn kubectl(&self, args: &[&str]) -> Output {

@@ -1,0 +1,246 @@
+//! The node's kubelet API: HTTPS with a serving certificate from the cluster CA, answering only the API server (a
+//! client certificate from the cluster CA whose common name is [`API_SERVER_CLIENT`]). It serves what the API
+//! server proxies to nodes today:
+//!
+//! - `GET /containerLogs/<namespace>/<pod>/<container>` with `follow`, `tailLines`, `sinceSeconds`, `timestamps`,
+//!   `previous` and `limitBytes`, as the kubelet does: a process's output from its log file; a simulated pod's is one
+//!   line saying it is simulated;
+//! - `GET /healthz`.
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::Context;
+
+/// The common name of the client certificate the API server presents to nodes.
+pub const API_SERVER_CLIENT: &str = "kube-apiserver-kubelet-client";
+
+/// The kubelet API's certificate material (PEM).
+#[derive(Clone, Debug)]
+pub struct Tls {
+    /// The serving certificate, issued by the cluster CA for the node's address.
+    pub cert: String,
+    pub key: String,
+    /// The CA that signs the API server's client certificate.
+    pub client_ca: String,
+}
+
+type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+
+fn text(code: StatusCode, message: impl Into<String>) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(message.into())).boxed_unsync());
+    *response.status_mut() = code;
+    response.headers_mut().insert("content-type", "text/plain; charset=utf-8".parse().expect("a header value"));
+    response
+}
+
+fn server_config(tls: &Tls) -> anyhow::Result<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(tls.client_ca.as_bytes())?)?;
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
+    let chain = vec![CertificateDer::from_pem_slice(tls.cert.as_bytes())?];
+    let key = PrivateKeyDer::from_pem_slice(tls.key.as_bytes())?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The common name of a DER certificate.
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.subject().iter_common_name().next()?.as_str().ok()?.to_string())
+}
+
+/// Serves the kubelet API on `listener` until the task is dropped.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, tls: Tls, context: Arc<Context>) -> anyhow::Result<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(&tls)?));
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let (acceptor, context) = (acceptor.clone(), context.clone());
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(tcp).await else { return };
+            let client = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| common_name(c));
+            let service = hyper::service::service_fn(move |request| {
+                let (context, client) = (context.clone(), client.clone());
+                async move {
+                    if client.as_deref() != Some(API_SERVER_CLIENT) {
+                        return Ok::<_, Infallible>(text(
+                            StatusCode::FORBIDDEN,
+                            "only the API server may call this node\n",
+                        ));
+                    }
+                    Ok(handle(&context, request).await)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+/// What `/containerLogs` was asked for.
+#[derive(Debug, Default)]
+struct LogOptions {
+    follow: bool,
+    tail_lines: Option<usize>,
+    since_seconds: Option<i64>,
+    timestamps: bool,
+    previous: bool,
+    limit_bytes: Option<usize>,
+}
+
+fn log_options(query: &str) -> Result<LogOptions, String> {
+    let mut options = LogOptions::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let flag = || matches!(value, "" | "true" | "1");
+        let number = |v: &str| v.parse::<i64>().map_err(|_| format!("{key}: {v:?} is not a number"));
+        match key {
+            "follow" => options.follow = flag(),
+            "timestamps" => options.timestamps = flag(),
+            "previous" => options.previous = flag(),
+            "tailLines" => options.tail_lines = Some(number(value)?.max(0) as usize),
+            "sinceSeconds" => options.since_seconds = Some(number(value)?),
+            "limitBytes" => options.limit_bytes = Some(number(value)?.max(0) as usize),
+            _ => {}
+        }
+    }
+    Ok(options)
+}
+
+async fn handle(context: &Context, request: Request<hyper::body::Incoming>) -> Response<Body> {
+    let path = request.uri().path().to_string();
+    if path == "/healthz" {
+        return text(StatusCode::OK, "ok");
+    }
+    let Some(rest) = path.strip_prefix("/containerLogs/") else {
+        return text(StatusCode::NOT_FOUND, format!("{path}: not found\n"));
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    let [namespace, pod, container] = parts[..] else {
+        return text(StatusCode::BAD_REQUEST, "expected /containerLogs/<namespace>/<pod>/<container>\n");
+    };
+    let options = match log_options(request.uri().query().unwrap_or("")) {
+        Ok(options) => options,
+        Err(message) => return text(StatusCode::BAD_REQUEST, message),
+    };
+    let Some(runtime) = &context.runtime else { return simulated(&context.options.name, namespace, pod) };
+    let Some(run) = runtime.find(namespace, pod) else { return simulated(&context.options.name, namespace, pod) };
+    let Some(restarts) = run.restart_count(container) else {
+        return text(StatusCode::BAD_REQUEST, format!("container {container:?} is not valid for pod {pod:?}\n"));
+    };
+    let restart = if options.previous {
+        if restarts == 0 {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("previous terminated container {container:?} in pod {pod:?} not found\n"),
+            );
+        }
+        restarts - 1
+    } else {
+        restarts
+    };
+    let file = run.log_path(container, restart);
+    let follow = options.follow && !options.previous;
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(stream_log(file, options, follow.then_some((run, container.to_string(), restart)), sender));
+    let stream = futures_util::StreamExt::map(tokio_stream_from(receiver), |chunk| Ok(Frame::data(chunk)));
+    let mut response = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
+    response.headers_mut().insert("content-type", "text/plain; charset=utf-8".parse().expect("a header value"));
+    response
+}
+
+fn tokio_stream_from(mut receiver: tokio::sync::mpsc::Receiver<Bytes>) -> impl futures_util::Stream<Item = Bytes> {
+    futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+fn simulated(node: &str, namespace: &str, pod: &str) -> Response<Body> {
+    text(
+        StatusCode::OK,
+        format!("pod {namespace}/{pod} is simulated by node {node}: nothing runs, so there is no output\n"),
+    )
+}
+
+/// One stored line, `<RFC 3339 time> <stream> <text>`, as the client sees it.
+fn render(line: &str, options: &LogOptions, since: Option<jiff::Timestamp>) -> Option<String> {
+    let mut fields = line.splitn(3, ' ');
+    let (time, _stream, text) = (fields.next()?, fields.next()?, fields.next().unwrap_or(""));
+    if let Some(since) = since
+        && time.parse::<jiff::Timestamp>().is_ok_and(|t| t < since)
+    {
+        return None;
+    }
+    Some(if options.timestamps { format!("{time} {text}\n") } else { format!("{text}\n") })
+}
+
+/// Sends the log file's lines, then (following) what is appended until that run of the container ends.
+async fn stream_log(
+    file: PathBuf,
+    options: LogOptions,
+    follow: Option<(Arc<crate::process::PodRun>, String, i32)>,
+    sender: tokio::sync::mpsc::Sender<Bytes>,
+) {
+    let since = options.since_seconds.map(|s| crate::now() - jiff::SignedDuration::from_secs(s));
+    let contents = tokio::fs::read_to_string(&file).await.unwrap_or_default();
+    let complete = contents.rfind('\n').map_or(0, |i| i + 1);
+    let mut lines: Vec<String> = contents[..complete].lines().filter_map(|l| render(l, &options, since)).collect();
+    if let Some(tail) = options.tail_lines {
+        lines.drain(..lines.len().saturating_sub(tail));
+    }
+    let mut budget = options.limit_bytes.unwrap_or(usize::MAX);
+    let mut send = |text: String| {
+        let take = text.len().min(budget);
+        budget -= take;
+        Bytes::from(text.into_bytes()).slice(..take)
+    };
+    for line in lines {
+        let chunk = send(line);
+        if chunk.is_empty() || sender.send(chunk).await.is_err() {
+            return;
+        }
+    }
+    let Some((run, container, restart)) = follow else { return };
+    let mut offset = complete as u64;
+    let mut pending = String::new();
+    loop {
+        let done = run.restart_count(&container) != Some(restart) || run.finished();
+        if let Ok(mut handle) = tokio::fs::File::open(&file).await
+            && handle.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
+        {
+            let mut more = String::new();
+            if let Ok(read) = handle.read_to_string(&mut more).await {
+                offset += read as u64;
+                pending.push_str(&more);
+            }
+        }
+        while let Some(end) = pending.find('\n') {
+            let line: String = pending.drain(..=end).collect();
+            if let Some(text) = render(line.trim_end_matches('\n'), &options, since) {
+                let chunk = send(text);
+                if chunk.is_empty() || sender.send(chunk).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if done || sender.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
