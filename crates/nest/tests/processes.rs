@@ -161,6 +161,26 @@ fn pods_run_as_processes_on_their_own_loopback_addresses() {
         assert!(logs.contains("GET /hello 200"), "{logs}");
     }
     let (first, first_ip, _) = &pods[0];
+
+    // The kubelet API answers the API server's client certificate only.
+    let port = server.json(&["get", "node", "proc"])["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].clone();
+    let url = format!("https://127.0.1.1:{port}/containerLogs/default/{first}/echo");
+    let pki = server.data_dir().join("pki");
+    let curl = |user: Option<&str>| {
+        let mut command = std::process::Command::new("curl");
+        command.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"]).arg(pki.join("ca.crt")).arg(&url);
+        if let Some(user) = user {
+            command
+                .arg("--cert")
+                .arg(pki.join(format!("{user}.crt")))
+                .arg("--key")
+                .arg(pki.join(format!("{user}.key")));
+        }
+        String::from_utf8_lossy(&command.output().expect("curl").stdout).to_string()
+    };
+    assert_eq!(curl(Some("kubelet-client")), "200");
+    assert_eq!(curl(Some("admin")), "403", "a cluster admin's certificate is not the API server's");
+    assert_eq!(curl(None), "000", "no client certificate, no TLS session");
     let last = server.ok(&["logs", first, "--tail=1", "--timestamps"]);
     assert_eq!(last.lines().count(), 1, "{last}");
     assert!(last.starts_with("20") && last.contains(" GET /"), "a timestamped line: {last}");
@@ -259,6 +279,27 @@ spec: {selector: {app: unready}, ports: [{port: 80, targetPort: web}]}
 ---
 apiVersion: v1
 kind: Pod
+metadata: {name: probed, namespace: default}
+spec:
+  containers:
+  - name: main
+    image: nest
+    args: [debug, cat]
+    startupProbe: {exec: {command: [nest, debug, exit, --code, "0"]}, periodSeconds: 1}
+    readinessProbe: {exec: {command: [nest, debug, exit, --code, "0"]}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: misprobed, namespace: default}
+spec:
+  containers:
+  - name: main
+    image: nest
+    args: [debug, cat]
+    readinessProbe: {exec: {command: [cat, /etc/hostname]}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Pod
 metadata: {name: refused, namespace: default}
 spec:
   containers: [{name: main, image: nginx}]
@@ -303,6 +344,15 @@ fn crashing_containers_back_off_and_probes_restart_or_unready_them() {
     });
     assert!(!ready(&pod(server, "unready")));
     assert!(get(&format!("{ip}:8080"), "/").is_ok(), "the process itself runs");
+    let cluster_ip = server.ok(&["get", "service", "unready", "-o", "jsonpath={.spec.clusterIP}"]);
+    let refused = get(&format!("{cluster_ip}:80"), "/");
+    assert!(refused.as_ref().is_err_and(|e| e.contains("refused")), "the Service sent to an unready pod: {refused:?}");
+
+    // Exec probes run the node's allowlisted programs, and nothing else.
+    eventually(30, "probed Ready", || ready(&pod(server, "probed")));
+    assert_eq!(pod(server, "probed")["status"]["containerStatuses"][0]["started"], true);
+    eventually(30, "misprobed Running", || pod(server, "misprobed")["status"]["phase"] == "Running");
+    assert!(!ready(&pod(server, "misprobed")), "a probe running a program off the allowlist passed");
 
     // A process-only node cannot run nginx, and says so.
     eventually(30, "refused with a reason", || {
@@ -369,11 +419,27 @@ spec:
     command: [sh, -c, "trap '' TERM; echo started; while true; do sleep 0.2; done"]
 "#;
 
+const KEEPER: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: default}
+spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: keeper, namespace: default}
+spec:
+  containers:
+  - {name: main, image: nest, args: [debug, cat, /data/note], volumeMounts: [{name: data, mountPath: /data}]}
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+"#;
+
 #[test]
 fn volumes_and_environment_reach_the_process_and_deletion_stops_it_within_the_grace_period() {
     let cluster = Cluster::start("127.13.0.0/16", "127.113.0.0/16", &["--allow-image", "shell=/bin/sh"]);
     let server = &cluster.server;
     server.apply_manifest(CONFIGURED);
+    server.apply_manifest(KEEPER);
     eventually(30, "reader Running", || pod(server, "reader")["status"]["phase"] == "Running");
     eventually(10, "reader's output", || cluster.log("reader", "main", 0).contains("$CPUS="));
     let log = cluster.log("reader", "main", 0);
@@ -393,6 +459,17 @@ fn volumes_and_environment_reach_the_process_and_deletion_stops_it_within_the_gr
     ] {
         assert!(log.lines().any(|l| l.ends_with(&expected)), "{expected} not in {log}");
     }
+
+    // A claim's directory outlives the pods that mount it.
+    let claims = cluster.node_dir.path().join("proc/claims/default/data");
+    eventually(30, "keeper Running", || pod(server, "keeper")["status"]["phase"] == "Running");
+    std::fs::write(claims.join("note"), "kept").unwrap();
+    server.ok(&["delete", "pod", "keeper", "--timeout=60s"]);
+    let second = KEEPER.split("---").nth(1).unwrap().replace("name: keeper", "name: keeper-again");
+    server.apply_manifest(&second);
+    eventually(30, "keeper-again reading the claim", || {
+        cluster.log("keeper-again", "main", 0).contains(&format!("{}: kept", claims.join("note").display()))
+    });
 
     // kubectl delete waits for the pod to go: the process stops on SIGTERM at once.
     let started = Instant::now();

@@ -1,4 +1,4 @@
-//! The process runtime: a pod whose every image is on the node's [`Allowlist`](crate::allowlist::Allowlist) runs as
+//! The process runtime: a pod whose every image is on the node's [`allowlist`](crate::allowlist) runs as
 //! real processes, one per container, each in its own process group.
 //!
 //! - **Files.** Everything of pod `<uid>` lives in `<data>/pods/<uid>/`: `volumes/<name>/` (written by
