@@ -241,6 +241,21 @@ fn write_keys(
     Ok(())
 }
 
+/// Writes a ConfigMap's or Secret's keys (`values`, `None` when it does not exist) into `dir`.
+fn write_source(
+    dir: &Path,
+    values: Option<BTreeMap<String, Vec<u8>>>,
+    items: Option<&Vec<KeyToPath>>,
+    what: &str,
+    optional: bool,
+) -> Result<(), PrepareError> {
+    match values {
+        Some(values) => write_keys(dir, &values, items, what, optional),
+        None if optional => Ok(()),
+        None => Err(PrepareError::Config(format!("{what} not found"))),
+    }
+}
+
 fn write_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -294,40 +309,31 @@ pub async fn write_volumes(
         }
         std::fs::create_dir_all(&dir)?;
         if let Some(source) = &volume.config_map {
+            let values = sources.config_map(&source.name).await?;
             let what = format!("configmap {:?}", source.name);
-            match sources.config_map(&source.name).await? {
-                Some(values) => write_keys(&dir, &values, source.items.as_ref(), &what, source.optional == Some(true))?,
-                None if source.optional == Some(true) => {}
-                None => return Err(PrepareError::Config(format!("{what} not found"))),
-            }
+            write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true))?;
         } else if let Some(source) = &volume.secret {
             let name = source.secret_name.clone().unwrap_or_default();
-            let what = format!("secret {name:?}");
-            match sources.secret(&name).await? {
-                Some(values) => write_keys(&dir, &values, source.items.as_ref(), &what, source.optional == Some(true))?,
-                None if source.optional == Some(true) => {}
-                None => return Err(PrepareError::Config(format!("{what} not found"))),
-            }
+            let values = sources.secret(&name).await?;
+            write_source(
+                &dir,
+                values,
+                source.items.as_ref(),
+                &format!("secret {name:?}"),
+                source.optional == Some(true),
+            )?;
         } else if let Some(source) = &volume.downward_api {
             downward_items(&dir, facts, source.items.as_deref().unwrap_or_default(), &spec.containers)?;
         } else if let Some(projected) = &volume.projected {
             for source in projected.sources.iter().flatten() {
                 if let Some(source) = &source.config_map {
+                    let values = sources.config_map(&source.name).await?;
                     let what = format!("configmap {:?}", source.name);
-                    let optional = source.optional == Some(true);
-                    match sources.config_map(&source.name).await? {
-                        Some(values) => write_keys(&dir, &values, source.items.as_ref(), &what, optional)?,
-                        None if optional => {}
-                        None => return Err(PrepareError::Config(format!("{what} not found"))),
-                    }
+                    write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true))?;
                 } else if let Some(source) = &source.secret {
+                    let values = sources.secret(&source.name).await?;
                     let what = format!("secret {:?}", source.name);
-                    let optional = source.optional == Some(true);
-                    match sources.secret(&source.name).await? {
-                        Some(values) => write_keys(&dir, &values, source.items.as_ref(), &what, optional)?,
-                        None if optional => {}
-                        None => return Err(PrepareError::Config(format!("{what} not found"))),
-                    }
+                    write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true))?;
                 } else if let Some(source) = &source.downward_api {
                     downward_items(&dir, facts, source.items.as_deref().unwrap_or_default(), &spec.containers)?;
                 }
