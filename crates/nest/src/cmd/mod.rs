@@ -2,6 +2,7 @@
 
 pub mod apiserver;
 pub mod controller_manager;
+pub mod crds;
 pub mod debug;
 pub mod node;
 pub mod proxy;

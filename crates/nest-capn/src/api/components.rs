@@ -1,0 +1,132 @@
+//! `controlplane.cluster.x-k8s.io/v1alpha1` `NestedEtcd`, `NestedAPIServer` and `NestedControllerManager`: the
+//! components of a nested control plane, each rendered from a versioned package of manifests (its `channel` and
+//! `version`), patched, applied and kept as declared.
+
+use k8s_openapi::api::core::v1::{ObjectReference, ResourceRequirements};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Condition;
+
+/// What every component is declared with.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NestedComponentSpec {
+    /// The version to run (`v1.33.0`); the control plane's when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$"))]
+    pub version: Option<String>,
+    /// The channel of the package of manifests (`stable` when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// Changes to the rendered manifests, applied in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches: Option<Vec<ComponentPatch>>,
+    /// The resources of the component's main container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// How many instances run (etcd: 1, 3 or 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 5))]
+    pub replicas: Option<i32>,
+}
+
+/// A change to one rendered object, chosen by kind and name (the name as rendered, such as `<cluster>-apiserver`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentPatch {
+    /// The kind of the object to change (`StatefulSet`, `Service`).
+    pub kind: String,
+    /// Its name; every object of the kind when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `json` (RFC 6902 operations) or `merge` (a partial object merged in, lists of named items merged by name).
+    #[serde(rename = "type")]
+    pub type_: PatchType,
+    /// The patch.
+    #[schemars(schema_with = "super::any_json")]
+    pub patch: serde_json::Value,
+}
+
+/// How a [`ComponentPatch`] is written.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PatchType {
+    Json,
+    #[default]
+    Merge,
+}
+
+/// What is known of a component.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NestedComponentStatus {
+    /// `Pending`, `Provisioning`, `Ready`, `Unhealthy`, `Upgrading` or `Deleting`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Whether the component answers its health check.
+    #[serde(default)]
+    pub healthy: bool,
+    /// The version running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Client URLs (etcd) or addresses (API server) of the component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<Vec<String>>,
+    /// The Service in front of the component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_ref: Option<ObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+macro_rules! component {
+    ($spec:ident, $kind:literal, $short:literal, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+        #[kube(
+            group = "controlplane.cluster.x-k8s.io",
+            version = "v1alpha1",
+            kind = $kind,
+            namespaced,
+            status = "NestedComponentStatus",
+            shortname = $short,
+            category = "cluster-api",
+            category = "capn",
+            doc = $doc,
+            label("cluster.x-k8s.io/provider", "control-plane-nested"),
+            label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+            label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+            printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"}"#,
+            printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+            printcolumn = r#"{"name":"Healthy","type":"boolean","jsonPath":".status.healthy"}"#,
+            printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.version"}"#,
+            printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        )]
+        pub struct $spec {
+            #[serde(flatten)]
+            pub component: NestedComponentSpec,
+        }
+    };
+}
+
+component!(
+    NestedEtcdSpec,
+    "NestedEtcd",
+    "netcd",
+    "The tenant's etcd: `replicas` members (1, 3 or 5) with a correct initial cluster."
+);
+component!(NestedAPIServerSpec, "NestedAPIServer", "nkas", "The tenant's API servers, behind one Service.");
+component!(
+    NestedControllerManagerSpec,
+    "NestedControllerManager",
+    "nkcm",
+    "The tenant's controller-managers, with their own least-privilege kubeconfig."
+);

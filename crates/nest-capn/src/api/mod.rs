@@ -1,0 +1,50 @@
+//! The API types, one module per group of kinds. Field names and shapes follow the Cluster API contracts
+//! (`docs/book/src/developer/providers/contracts/` in cluster-api) where a contract names them.
+
+mod cluster;
+mod components;
+mod control_plane;
+mod nested_cluster;
+
+pub use cluster::*;
+pub use components::*;
+pub use control_plane::*;
+pub use nested_cluster::*;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A condition, as `metav1.Condition`.
+pub type Condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// The version of this provider's API (`controlplane.` and `infrastructure.cluster.x-k8s.io`).
+pub const VERSION: &str = "v1alpha1";
+/// The control-plane group.
+pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
+/// The infrastructure group.
+pub const INFRASTRUCTURE_GROUP: &str = "infrastructure.cluster.x-k8s.io";
+/// The label naming the Cluster an object belongs to.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// The annotation that pauses reconciliation of an object.
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+
+/// A reachable Kubernetes API endpoint (Cluster API's `APIEndpoint`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ApiEndpoint {
+    /// The host name or address the API server is reached at.
+    pub host: String,
+    /// The port the API server is reached at.
+    pub port: i32,
+}
+
+impl ApiEndpoint {
+    /// Whether the endpoint is unset (Cluster API's `IsZero`).
+    pub fn is_zero(&self) -> bool {
+        self.host.is_empty() && self.port == 0
+    }
+}
+
+/// A schema that keeps any JSON, for fields such as patches whose shape is free.
+pub(crate) fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"x-kubernetes-preserve-unknown-fields": true})
+}
