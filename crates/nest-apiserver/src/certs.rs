@@ -1,17 +1,17 @@
-//! The API server's PKI: a cluster CA, a serving certificate with the IP and DNS names it listens on, and the
-//! `admin` client certificate (CN `admin`, O `system:masters`) written into `admin.kubeconfig`.
+//! The API server's PKI: a cluster CA, a serving certificate with the IP and DNS names it listens on, the `admin`
+//! client certificate (CN `admin`, O `system:masters`) written into `admin.kubeconfig`, and the client certificate it
+//! presents to kubelets.
 //!
 //! Everything is created on first start under `DIR/pki/` and reused afterwards, so kubeconfigs stay valid across
-//! restarts. A serving certificate lacking a name the server now listens on is issued again from the same CA.
+//! restarts. A serving certificate lacking a name the server now listens on is issued again from the same CA. The CA
+//! may instead be given (`--ca-cert-file`, `--ca-key-file`), as a tenant's control plane gives its API server the
+//! cluster's CA; certificates issued by another CA are then issued again.
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use nest_pki::{Ca, Leaf, Pair, Usage};
 
 /// PEM-encoded material the server needs.
 #[derive(Clone, Debug)]
@@ -26,15 +26,6 @@ pub struct Pki {
     pub kubelet_client_key: String,
 }
 
-fn dn(common_name: &str, organization: Option<&str>) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, common_name);
-    if let Some(organization) = organization {
-        dn.push(DnType::OrganizationName, organization);
-    }
-    dn
-}
-
 fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
@@ -47,27 +38,6 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     }
     Ok(())
-}
-
-fn ca_params() -> CertificateParams {
-    let mut params = CertificateParams::default();
-    params.distinguished_name = dn("nest-ca", None);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-    params
-}
-
-fn leaf(
-    names: Vec<String>,
-    common_name: &str,
-    organization: Option<&str>,
-    usage: ExtendedKeyUsagePurpose,
-) -> anyhow::Result<CertificateParams> {
-    let mut params = CertificateParams::new(names)?;
-    params.distinguished_name = dn(common_name, organization);
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    params.extended_key_usages = vec![usage];
-    Ok(params)
 }
 
 /// The names the serving certificate must carry.
@@ -91,72 +61,93 @@ pub fn serving_names(ips: &[IpAddr], extra_dns: &[String]) -> Vec<String> {
     names
 }
 
-struct Files {
-    dir: PathBuf,
+/// A pair of files under `dir`: `<name>.crt`, `<name>.key`.
+fn load(dir: &Path, name: &str) -> anyhow::Result<Option<Pair>> {
+    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    if !cert.exists() || !key.exists() {
+        return Ok(None);
+    }
+    Ok(Some(Pair { cert: read(&cert)?, key: read(&key)? }))
 }
 
-impl Files {
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
+fn store(dir: &Path, name: &str, pair: &Pair) -> anyhow::Result<()> {
+    write_private(&dir.join(format!("{name}.key")), &pair.key)?;
+    std::fs::write(dir.join(format!("{name}.crt")), &pair.cert)?;
+    Ok(())
 }
 
 impl Pki {
-    /// Loads the PKI under `data_dir/pki`, creating what is missing, with a serving certificate for `names`.
-    pub fn load_or_create(data_dir: &Path, names: &[String]) -> anyhow::Result<Pki> {
-        let files = Files { dir: data_dir.join("pki") };
-        std::fs::create_dir_all(&files.dir).with_context(|| format!("creating {}", files.dir.display()))?;
-        let (ca_cert, ca_key) = if files.path("ca.crt").exists() && files.path("ca.key").exists() {
-            (read(&files.path("ca.crt"))?, read(&files.path("ca.key"))?)
-        } else {
-            let key = KeyPair::generate()?;
-            let cert = ca_params().self_signed(&key)?;
-            write_private(&files.path("ca.key"), &key.serialize_pem())?;
-            std::fs::write(files.path("ca.crt"), cert.pem())?;
-            (cert.pem(), key.serialize_pem())
+    /// Loads the PKI under `data_dir/pki`, creating what is missing, with a serving certificate for `names`. With
+    /// `given_ca` (certificate and key files), that CA is the cluster's.
+    pub fn load_or_create(data_dir: &Path, names: &[String], given_ca: Option<(&Path, &Path)>) -> anyhow::Result<Pki> {
+        let dir = data_dir.join("pki");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let stored = load(&dir, "ca")?;
+        let ca = match given_ca {
+            Some((cert, key)) => {
+                let given = Pair { cert: read(cert)?, key: read(key)? };
+                if stored.as_ref() != Some(&given) {
+                    // Everything issued by another CA goes.
+                    for name in ["apiserver", "admin", "kubelet-client"] {
+                        let _ = std::fs::remove_file(dir.join(format!("{name}.crt")));
+                    }
+                    store(&dir, "ca", &given)?;
+                }
+                Ca(given)
+            }
+            None => match stored {
+                Some(pair) => Ca(pair),
+                None => {
+                    let ca = Ca::generate("nest-ca")?;
+                    store(&dir, "ca", &ca.0)?;
+                    ca
+                }
+            },
         };
-        // The CA's parameters are only needed to sign; its subject is fixed, so they can be rebuilt.
-        let ca_key = KeyPair::from_pem(&ca_key).context("reading the CA key")?;
-        let issuer = Issuer::new(ca_params(), ca_key);
-
-        let names_file = files.path("apiserver.names");
-        let wanted = names.join(",");
-        let have_serving = files.path("apiserver.crt").exists()
-            && files.path("apiserver.key").exists()
-            && std::fs::read_to_string(&names_file).is_ok_and(|have| {
-                let have: Vec<&str> = have.trim().split(',').collect();
-                names.iter().all(|n| have.contains(&n.as_str()))
-            });
-        let (serving_cert, serving_key) = if have_serving {
-            (read(&files.path("apiserver.crt"))?, read(&files.path("apiserver.key"))?)
-        } else {
-            let key = KeyPair::generate()?;
-            let cert = leaf(names.to_vec(), "kube-apiserver", None, ExtendedKeyUsagePurpose::ServerAuth)?
-                .signed_by(&key, &issuer)?;
-            write_private(&files.path("apiserver.key"), &key.serialize_pem())?;
-            std::fs::write(files.path("apiserver.crt"), cert.pem())?;
-            std::fs::write(&names_file, &wanted)?;
-            (cert.pem(), key.serialize_pem())
+        let issue = |name: &str, leaf: Leaf, fresh: bool| -> anyhow::Result<Pair> {
+            if !fresh && let Some(pair) = load(&dir, name)? {
+                return Ok(pair);
+            }
+            let pair = ca.issue(&leaf)?;
+            store(&dir, name, &pair)?;
+            Ok(pair)
         };
-
-        let (admin_cert, admin_key) = if files.path("admin.crt").exists() && files.path("admin.key").exists() {
-            (read(&files.path("admin.crt"))?, read(&files.path("admin.key"))?)
-        } else {
-            let (cert, key) = issue_client(&issuer, "admin", Some("system:masters"))?;
-            write_private(&files.path("admin.key"), &key)?;
-            std::fs::write(files.path("admin.crt"), &cert)?;
-            (cert, key)
+        let names_file = dir.join("apiserver.names");
+        let have_names = std::fs::read_to_string(&names_file).is_ok_and(|have| {
+            let have: Vec<&str> = have.trim().split(',').collect();
+            names.iter().all(|n| have.contains(&n.as_str()))
+        });
+        let validity = nest_pki::LEAF_VALIDITY;
+        let serving = issue(
+            "apiserver",
+            Leaf {
+                common_name: "kube-apiserver",
+                organization: None,
+                names: names.to_vec(),
+                usage: Usage::Server,
+                validity,
+            },
+            !have_names,
+        )?;
+        std::fs::write(&names_file, names.join(","))?;
+        let client = |common_name, organization| Leaf {
+            common_name,
+            organization: Some(organization),
+            names: Vec::new(),
+            usage: Usage::Client,
+            validity,
         };
-        let (kubelet_client_cert, kubelet_client_key) =
-            if files.path("kubelet-client.crt").exists() && files.path("kubelet-client.key").exists() {
-                (read(&files.path("kubelet-client.crt"))?, read(&files.path("kubelet-client.key"))?)
-            } else {
-                let (cert, key) = issue_client(&issuer, KUBELET_CLIENT, Some("system:masters"))?;
-                write_private(&files.path("kubelet-client.key"), &key)?;
-                std::fs::write(files.path("kubelet-client.crt"), &cert)?;
-                (cert, key)
-            };
-        Ok(Pki { ca_cert, serving_cert, serving_key, admin_cert, admin_key, kubelet_client_cert, kubelet_client_key })
+        let admin = issue("admin", client("admin", "system:masters"), false)?;
+        let kubelet_client = issue("kubelet-client", client(KUBELET_CLIENT, "system:masters"), false)?;
+        Ok(Pki {
+            ca_cert: ca.0.cert,
+            serving_cert: serving.cert,
+            serving_key: serving.key,
+            admin_cert: admin.cert,
+            admin_key: admin.key,
+            kubelet_client_cert: kubelet_client.cert,
+            kubelet_client_key: kubelet_client.key,
+        })
     }
 }
 
@@ -166,33 +157,22 @@ pub const KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
 /// A kubelet serving certificate for node `node` at `ips`, issued by the CA in `pki_dir` (`ca.crt`, `ca.key`, as
 /// [`Pki::load_or_create`] keeps them); returns (certificate PEM, key PEM, CA certificate PEM).
 pub fn issue_kubelet_serving(pki_dir: &Path, node: &str, ips: &[IpAddr]) -> anyhow::Result<(String, String, String)> {
-    let ca_cert = read(&pki_dir.join("ca.crt"))?;
-    let ca_key = KeyPair::from_pem(&read(&pki_dir.join("ca.key"))?).context("reading the CA key")?;
-    let issuer = Issuer::new(ca_params(), ca_key);
+    let ca = Ca(load(pki_dir, "ca")?.with_context(|| format!("no ca.crt and ca.key in {}", pki_dir.display()))?);
     let mut names: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
     names.push(node.to_string());
-    let key = KeyPair::generate()?;
-    let cert = leaf(names, &format!("system:node:{node}"), Some("system:nodes"), ExtendedKeyUsagePurpose::ServerAuth)?
-        .signed_by(&key, &issuer)?;
-    Ok((cert.pem(), key.serialize_pem(), ca_cert))
-}
-
-/// Issues a client certificate for `user` in `group`; returns (certificate PEM, key PEM).
-fn issue_client(issuer: &Issuer<'_, KeyPair>, user: &str, group: Option<&str>) -> anyhow::Result<(String, String)> {
-    let key = KeyPair::generate()?;
-    let cert = leaf(Vec::new(), user, group, ExtendedKeyUsagePurpose::ClientAuth)?.signed_by(&key, issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
+    let common_name = format!("system:node:{node}");
+    let leaf = Leaf {
+        common_name: &common_name,
+        organization: Some("system:nodes"),
+        names,
+        usage: Usage::Server,
+        validity: nest_pki::LEAF_VALIDITY,
+    };
+    let pair = ca.issue(&leaf)?;
+    Ok((pair.cert, pair.key, ca.0.cert))
 }
 
 /// A kubeconfig for `user` with embedded certificates, pointing at `server`.
 pub fn kubeconfig(server: &str, ca_pem: &str, cert_pem: &str, key_pem: &str, user: &str) -> String {
-    let b64 = |s: &str| nest_registry::base64::encode(s.as_bytes());
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: nest\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\n\
-         users:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n\
-         contexts:\n- name: nest\n  context:\n    cluster: nest\n    user: {user}\ncurrent-context: nest\n",
-        b64(ca_pem),
-        b64(cert_pem),
-        b64(key_pem),
-    )
+    nest_pki::kubeconfig(server, ca_pem, &Pair { cert: cert_pem.into(), key: key_pem.into() }, user)
 }

@@ -45,6 +45,8 @@ pub struct Config {
     pub extra_sans: Vec<String>,
     /// The range Service ClusterIPs are allocated from.
     pub service_cidr: nest_registry::ipalloc::ServiceCidr,
+    /// The cluster CA's certificate and key files, when the CA is given rather than made here.
+    pub ca_files: Option<(PathBuf, PathBuf)>,
 }
 
 /// A server that is listening.
@@ -71,7 +73,8 @@ pub async fn serve(
         ips = vec!["127.0.0.1".parse().expect("an address")];
     }
     let names = certs::serving_names(&ips, &config.extra_sans);
-    let pki = certs::Pki::load_or_create(&config.data_dir, &names)?;
+    let given_ca = config.ca_files.as_ref().map(|(cert, key)| (cert.as_path(), key.as_path()));
+    let pki = certs::Pki::load_or_create(&config.data_dir, &names, given_ca)?;
     let host =
         if address.ip().is_unspecified() { format!("127.0.0.1:{}", address.port()) } else { address.to_string() };
     let server_url = format!("https://{host}");

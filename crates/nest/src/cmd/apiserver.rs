@@ -27,6 +27,15 @@ pub struct Args {
     /// Static bearer tokens: lines of `token,user,uid,"group1,group2"`.
     #[arg(long, value_name = "FILE")]
     token_auth_file: Option<PathBuf>,
+    /// Another DNS name or IP address for the serving certificate (such as a Service's); repeatable.
+    #[arg(long = "tls-san", value_name = "NAME")]
+    tls_sans: Vec<String>,
+    /// The cluster CA's certificate (PEM), instead of one made in DATA_DIR/pki; with --ca-key-file.
+    #[arg(long, value_name = "FILE", requires = "ca_key_file")]
+    ca_cert_file: Option<PathBuf>,
+    /// The cluster CA's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "ca_cert_file")]
+    ca_key_file: Option<PathBuf>,
 }
 
 async fn open_store(args: &Args) -> anyhow::Result<Arc<dyn Store>> {
@@ -68,8 +77,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         listen: args.listen,
         token_file: args.token_auth_file.clone(),
-        extra_sans: Vec::new(),
+        extra_sans: args.tls_sans.clone(),
         service_cidr: args.service_cidr,
+        ca_files: args.ca_cert_file.clone().zip(args.ca_key_file.clone()),
     };
     let ready = |serving: &nest_apiserver::Serving| {
         eprintln!(

@@ -31,6 +31,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         extra_sans: Vec::new(),
         // Inside loopback, so that a proxy on this machine can serve every ClusterIP.
         service_cidr: "127.96.0.0/16".parse().expect("a valid range"),
+        ca_files: None,
     };
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
