@@ -17,11 +17,44 @@ pub fn provider() -> Vec<CustomResourceDefinition> {
 }
 
 /// Every CRD nest serves: the Cluster API core's `Cluster` (for management clusters without the Cluster API core),
-/// then the provider's.
+/// then the provider's. Each is annotated [`MANAGED_BY`] `nest`.
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut all = vec![api::Cluster::crd()];
     all.extend(provider());
+    for crd in &mut all {
+        crd.metadata.annotations.get_or_insert_with(Default::default).insert(MANAGED_BY.into(), "nest".into());
+    }
     all
+}
+
+/// The annotation marking the CRDs nest installed, which it may replace; a `Cluster` CRD without it belongs to the
+/// Cluster API core and is left alone.
+pub const MANAGED_BY: &str = "nest.dev/managed-by";
+
+/// Installs the CRDs into the cluster `client` talks to, or brings nest's up to date; returns the names of those left
+/// alone because another installer owns them.
+pub async fn install(client: &kube::Client) -> Result<Vec<String>, kube::Error> {
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let mut left = Vec::new();
+    for crd in all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match api.get_opt(&name).await? {
+            None => {
+                api.create(&Default::default(), &crd).await?;
+            }
+            Some(existing) => {
+                let ours = existing.metadata.annotations.as_ref().and_then(|a| a.get(MANAGED_BY)).is_some();
+                if !ours {
+                    left.push(name);
+                } else if existing.spec != crd.spec || existing.metadata.labels != crd.metadata.labels {
+                    let mut updated = crd;
+                    updated.metadata.resource_version = existing.metadata.resource_version;
+                    api.replace(&name, &Default::default(), &updated).await?;
+                }
+            }
+        }
+    }
+    Ok(left)
 }
 
 #[cfg(test)]

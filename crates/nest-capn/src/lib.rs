@@ -8,4 +8,6 @@
 //! Start with [`api`] for the types and [`crds::all`] for the CustomResourceDefinitions (`nest crds` prints them).
 
 pub mod api;
+pub mod controllers;
 pub mod crds;
+pub mod render;

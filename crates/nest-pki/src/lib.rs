@@ -122,6 +122,12 @@ pub fn not_after(cert: &str) -> Result<SystemTime> {
     Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
 }
 
+/// The DER bytes of a PEM certificate.
+pub fn der(cert: &str) -> Result<Vec<u8>> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).map_err(|_| Error::NotACertificate)?;
+    Ok(pem.contents)
+}
+
 /// A kubeconfig for `user` with embedded certificates, pointing at `server`.
 pub fn kubeconfig(server: &str, ca: &str, client: &Pair, user: &str) -> String {
     let b64 = |s: &str| base64(s.as_bytes());

@@ -4,6 +4,7 @@ pub mod apiserver;
 pub mod controller_manager;
 pub mod crds;
 pub mod debug;
+pub mod manager;
 pub mod node;
 pub mod proxy;
 pub mod scheduler;

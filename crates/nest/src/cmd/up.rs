@@ -61,6 +61,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
     tokio::spawn(nest_scheduler::run(client.clone()));
     tokio::spawn(nest_node::proxy::run(client.clone()));
+    tokio::spawn(super::manager::manage(client.clone()));
     let mut node =
         nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
     let (cert, key, client_ca) =

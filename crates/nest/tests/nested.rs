@@ -1,0 +1,159 @@
+//! Nested control planes end to end on a super cluster of real processes: `nest manager` turns a NestedControlPlane
+//! into a tenant API server and controller-manager running as processes on a `nest node`, reached through the
+//! service proxy with the `<cluster>-kubeconfig` Secret; tenants are isolated from each other and from the
+//! management cluster; a killed tenant API server makes the control plane not ready until it is back, with its data.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Component, ControllerManager, KUBECTL, Server, eventually};
+use serde_json::Value;
+
+/// A management cluster: API server (ClusterIPs in `service_cidr`), controller-manager, scheduler, proxy, manager,
+/// and a node running nest's image as processes with pods in `pod_cidr`.
+fn management(service_cidr: &str, pod_cidr: &str, node_dir: &Path) -> (Server, Vec<Component>) {
+    let server = Server::start_with(&["--service-cidr", service_cidr]);
+    let ca_dir = server.data_dir().join("pki").display().to_string();
+    let node_dir = node_dir.display().to_string();
+    let components = vec![
+        ControllerManager::start(&server, "cm", 15),
+        Component::run(&server, &["scheduler"]),
+        Component::run(&server, &["proxy"]),
+        Component::run(&server, &["manager"]),
+        Component::run(
+            &server,
+            &[
+                "node",
+                "--name",
+                "host",
+                "--runtime",
+                "both",
+                "--pod-cidr",
+                pod_cidr,
+                "--data-dir",
+                &node_dir,
+                "--ca-dir",
+                &ca_dir,
+                "--kubelet-port",
+                "0",
+            ],
+        ),
+    ];
+    (server, components)
+}
+
+fn control_plane(name: &str) -> String {
+    format!(
+        "apiVersion: controlplane.cluster.x-k8s.io/v1alpha1\nkind: NestedControlPlane\n\
+         metadata: {{name: {name}, namespace: default, labels: {{cluster.x-k8s.io/cluster-name: {name}}}}}\n\
+         spec: {{version: v1.33.0}}\n"
+    )
+}
+
+fn ready_condition(server: &Server, name: &str) -> (String, String) {
+    let plane = server.json(&["get", "nestedcontrolplane", name]);
+    let ready = plane["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready").cloned();
+    let ready = ready.unwrap_or(Value::Null);
+    (ready["status"].as_str().unwrap_or("").to_string(), ready["reason"].as_str().unwrap_or("").to_string())
+}
+
+/// kubectl against tenant `name`, with the kubeconfig from its Secret.
+fn tenant(server: &Server, name: &str, dir: &Path, args: &[&str]) -> std::process::Output {
+    let path = dir.join(format!("{name}.kubeconfig"));
+    if !path.exists() {
+        let value = server.ok(&["get", "secret", &format!("{name}-kubeconfig"), "-o", "jsonpath={.data.value}"]);
+        let bytes: k8s_openapi::ByteString = serde_json::from_value(Value::String(value)).unwrap();
+        std::fs::write(&path, bytes.0).unwrap();
+    }
+    std::process::Command::new(KUBECTL)
+        .args(args)
+        .env("KUBECONFIG", &path)
+        .env("KUBECACHEDIR", dir.join("cache"))
+        .output()
+        .unwrap()
+}
+
+fn tenant_ok(server: &Server, name: &str, dir: &Path, args: &[&str]) -> String {
+    let out = tenant(server, name, dir, args);
+    assert!(out.status.success(), "tenant {name}: kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The pids of processes whose command line contains `needle`.
+fn pids_with(needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_nested_control_plane_serves_its_tenant_and_recovers_from_a_killed_api_server() {
+    let node_dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (server, _components) = management("127.120.0.0/16", "127.21.0.0/16", node_dir.path());
+    server.apply_manifest(&control_plane("alpha"));
+    // The CRDs come from the manager; wait for them before the second tenant.
+    eventually(60, "alpha ready", || ready_condition(&server, "alpha").0 == "True");
+    server.apply_manifest(&control_plane("beta"));
+    eventually(60, "beta ready", || ready_condition(&server, "beta").0 == "True");
+
+    // The contract fields, the endpoint and the Secrets Cluster API reads.
+    let plane = server.json(&["get", "ncp", "alpha"]);
+    assert_eq!(plane["status"]["initialized"], true);
+    assert_eq!(plane["status"]["initialization"]["controlPlaneInitialized"], true);
+    assert_eq!(plane["status"]["readyReplicas"], 1);
+    let host = plane["spec"]["controlPlaneEndpoint"]["host"].as_str().unwrap().to_string();
+    assert!(host.starts_with("127.120."), "the endpoint is the API server's ClusterIP: {host}");
+    let kubeconfig = server.json(&["get", "secret", "alpha-kubeconfig"]);
+    assert_eq!(kubeconfig["type"], "cluster.x-k8s.io/secret");
+    assert_eq!(kubeconfig["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], "alpha");
+    let component = server.json(&["get", "nkas", "alpha"]);
+    assert_eq!(component["status"]["phase"], "Ready");
+    assert_eq!(component["status"]["healthy"], true);
+
+    // Each tenant is a cluster of its own.
+    let namespaces = tenant_ok(&server, "alpha", work.path(), &["get", "namespaces", "-o", "name"]);
+    assert!(namespaces.contains("namespace/kube-system"), "{namespaces}");
+    tenant_ok(&server, "alpha", work.path(), &["create", "namespace", "alpha-only"]);
+    eventually(30, "the tenant's controller-manager at work", || {
+        tenant(&server, "alpha", work.path(), &["-n", "alpha-only", "get", "serviceaccount", "default"])
+            .status
+            .success()
+    });
+    assert!(!tenant(&server, "beta", work.path(), &["get", "namespace", "alpha-only"]).status.success());
+    assert!(!server.kubectl(&["get", "namespace", "alpha-only"]).status.success());
+
+    // Kill alpha's API server: the control plane goes not ready with a reason, the process is restarted, and it
+    // comes back ready with its data.
+    let pids = pids_with("--tls-san=alpha-apiserver ");
+    assert_eq!(pids.len(), 1, "one alpha API server process: {pids:?}");
+    let killed = Instant::now();
+    let _ = std::process::Command::new("kill").args(["-KILL", &pids[0].to_string()]).status();
+    let mut reasons = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, reason) = ready_condition(&server, "alpha");
+        if status == "False" && !reasons.contains(&reason) {
+            reasons.push(reason);
+        }
+        if status == "True" && !reasons.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "alpha did not go not-ready and back: {reasons:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(reasons.iter().any(|r| r == "ComponentsNotReady"), "{reasons:?}");
+    eprintln!("alpha back after {:?}", killed.elapsed());
+    let restarts =
+        server.ok(&["get", "pod", "alpha-apiserver-0", "-o", "jsonpath={.status.containerStatuses[0].restartCount}"]);
+    assert_eq!(restarts, "1");
+    tenant_ok(&server, "alpha", work.path(), &["get", "namespace", "alpha-only"]);
+}
