@@ -8,6 +8,7 @@
 //! Start with [`api`] for the types and [`crds::all`] for the CustomResourceDefinitions (`nest crds` prints them).
 
 pub mod api;
+pub mod bundle;
 pub mod controllers;
 pub mod crds;
 pub mod render;

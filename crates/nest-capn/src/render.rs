@@ -85,6 +85,8 @@ pub fn api_server_statefulset(names: &Names, spec: &NestedComponentSpec, service
         "spec": {
             "replicas": spec.replicas.unwrap_or(1),
             "serviceName": service,
+            // The claim goes with the StatefulSet, and so with the cluster.
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
             "selector": {"matchLabels": names.labels("apiserver")},
             "template": {
                 "metadata": {"labels": names.labels("apiserver")},

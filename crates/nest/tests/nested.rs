@@ -156,4 +156,56 @@ fn a_nested_control_plane_serves_its_tenant_and_recovers_from_a_killed_api_serve
         server.ok(&["get", "pod", "alpha-apiserver-0", "-o", "jsonpath={.status.containerStatuses[0].restartCount}"]);
     assert_eq!(restarts, "1");
     tenant_ok(&server, "alpha", work.path(), &["get", "namespace", "alpha-only"]);
+
+    // A Cluster and a NestedCluster around alpha: adopted, the endpoint copied, Provisioned.
+    server.apply_manifest(&cluster_api_objects("alpha"));
+    eventually(30, "the Cluster Provisioned", || {
+        server.ok(&["get", "cluster", "alpha", "-o", "jsonpath={.status.phase}"]) == "Provisioned"
+    });
+    let cluster = server.json(&["get", "cluster", "alpha"]);
+    assert_eq!(cluster["spec"]["controlPlaneEndpoint"]["host"], host.as_str());
+    assert_eq!(cluster["status"]["initialization"]["controlPlaneInitialized"], true);
+    let infrastructure = server.json(&["get", "nestedcluster", "alpha"]);
+    assert_eq!(infrastructure["status"]["ready"], true);
+    assert_eq!(infrastructure["spec"]["controlPlaneEndpoint"]["host"], host.as_str());
+    let owners = server.json(&["get", "ncp", "alpha"])["metadata"]["ownerReferences"].clone();
+    assert!(owners.as_array().unwrap().iter().any(|o| o["kind"] == "Cluster"), "{owners}");
+
+    // Deleting the Cluster takes everything it made along; beta stays.
+    server.ok(&["delete", "cluster", "alpha", "--timeout=120s"]);
+    let leftovers = || {
+        [
+            "nestedcontrolplanes",
+            "nestedclusters",
+            "nestedapiservers",
+            "nestedcontrollermanagers",
+            "statefulsets",
+            "services",
+            "secrets",
+            "persistentvolumeclaims",
+            "pods",
+        ]
+        .iter()
+        .flat_map(|kind| {
+            server
+                .ok(&["get", kind, "-l", "cluster.x-k8s.io/cluster-name=alpha", "-o", "name"])
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+    };
+    eventually(60, "alpha's objects gone", || leftovers().is_empty());
+    assert!(pids_with("--tls-san=alpha-apiserver ").is_empty(), "alpha's API server process survived");
+    assert_eq!(ready_condition(&server, "beta").0, "True");
+}
+
+fn cluster_api_objects(name: &str) -> String {
+    format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1\nkind: NestedCluster\n\
+         metadata: {{name: {name}, namespace: default}}\nspec: {{}}\n---\n\
+         apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec:\n  controlPlaneRef: {{apiGroup: controlplane.cluster.x-k8s.io, kind: NestedControlPlane, name: {name}}}\n\
+         \x20 infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: NestedCluster, name: {name}}}\n"
+    )
 }

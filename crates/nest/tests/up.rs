@@ -83,6 +83,28 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
         |pod: &str| String::from_utf8_lossy(&kubectl(&kubeconfig, cache.path(), &["logs", pod]).stdout).to_string();
     eventually(10, "the sleeper's output", || logs("sleeper").contains(&format!("${marker}=")));
     assert!(logs("web").contains("is simulated"), "{}", logs("web"));
+
+    // The demo tenant, reached by running the instructions nest up printed, as a newcomer would.
+    let instructions: Vec<String> = printed
+        .lines()
+        .skip_while(|l| !l.contains("A first tenant cluster, demo"))
+        .filter_map(|l| l.trim().strip_prefix("kubectl ").map(|rest| format!("{KUBECTL} {rest}")))
+        .collect();
+    assert_eq!(instructions.len(), 3, "{printed}");
+    let script = instructions.join(" && ");
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(cache.path())
+        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBECACHEDIR", cache.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("kube-system"),
+        "{script}\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
     assert_eq!(processes_with(&marker), 0, "nest up left a process behind");
 

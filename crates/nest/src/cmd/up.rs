@@ -18,6 +18,34 @@ pub struct Args {
     /// Address and port of the API server (port 0 picks a free one).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6443")]
     listen: SocketAddr,
+    /// Do not create the first tenant cluster, `demo`, on a new data directory.
+    #[arg(long)]
+    no_demo: bool,
+}
+
+/// Creates the `demo` cluster once the manager has installed the CRDs, and marks the data directory so that it is
+/// created only once (a deleted demo stays deleted).
+async fn create_demo(client: kube::Client, marker: PathBuf) {
+    for _ in 0..120 {
+        let result = nest_capn::bundle::create(
+            &client,
+            "demo",
+            "default",
+            nest_capn::bundle::DEFAULT_VERSION,
+            Default::default(),
+        )
+        .await;
+        match result {
+            Ok(()) => {
+                let _ = std::fs::write(&marker, "the demo cluster was created\n");
+                return;
+            }
+            // The CRDs are not served yet.
+            Err(error) => tracing::debug!(%error, "creating the demo cluster"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    eprintln!("nest up: could not create the demo cluster");
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -62,6 +90,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(nest_scheduler::run(client.clone()));
     tokio::spawn(nest_node::proxy::run(client.clone()));
     tokio::spawn(super::manager::manage(client.clone()));
+    let marker = args.data_dir.join("demo-created");
+    let demo = !args.no_demo && !marker.exists();
+    if demo {
+        tokio::spawn(create_demo(client.clone(), marker));
+    }
     let mut node =
         nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
     let (cert, key, client_ca) =
@@ -78,6 +111,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     println!("  kubectl create namespace demo && kubectl get serviceaccounts -n demo");
     println!("  kubectl get nodes");
     println!();
+    if demo {
+        println!("A first tenant cluster, demo, is starting. To use it:");
+        println!();
+        println!("  kubectl wait nestedcontrolplane/demo --for=condition=Ready --timeout=60s");
+        println!("  kubectl get secret demo-kubeconfig -o jsonpath='{{.data.value}}' | base64 -d > demo.kubeconfig");
+        println!("  kubectl --kubeconfig demo.kubeconfig get namespaces");
+        println!();
+    }
     println!("Ctrl-C stops it; `nest up --data-dir {}` again resumes.", args.data_dir.display());
 
     tokio::select! {

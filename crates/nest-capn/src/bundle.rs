@@ -1,0 +1,72 @@
+//! A whole cluster as Cluster API declares it: a `Cluster` referencing a `NestedCluster` and a `NestedControlPlane`
+//! of the same name, all labelled with it. What `nest up` creates as `demo`.
+
+use kube::api::{Api, ObjectMeta, PostParams};
+
+use crate::api::{
+    CLUSTER_NAME_LABEL, CONTROL_PLANE_GROUP, Cluster, ClusterSpec, ContractVersionedObjectReference, Flavor,
+    INFRASTRUCTURE_GROUP, NestedCluster, NestedClusterSpec, NestedControlPlane, NestedControlPlaneSpec,
+};
+
+/// The Kubernetes version nest's own components speak.
+pub const DEFAULT_VERSION: &str = "v1.33.0";
+
+/// The three objects of cluster `name` in `namespace`.
+pub fn bundle(
+    name: &str,
+    namespace: &str,
+    version: &str,
+    flavor: Flavor,
+) -> (Cluster, NestedCluster, NestedControlPlane) {
+    let meta = ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(namespace.into()),
+        labels: Some([(CLUSTER_NAME_LABEL.to_string(), name.to_string())].into()),
+        ..Default::default()
+    };
+    let reference = |group: &str, kind: &str| ContractVersionedObjectReference {
+        api_group: group.into(),
+        kind: kind.into(),
+        name: name.into(),
+    };
+    let cluster = Cluster {
+        metadata: meta.clone(),
+        spec: ClusterSpec {
+            control_plane_ref: Some(reference(CONTROL_PLANE_GROUP, "NestedControlPlane")),
+            infrastructure_ref: Some(reference(INFRASTRUCTURE_GROUP, "NestedCluster")),
+            ..Default::default()
+        },
+        status: None,
+    };
+    let infrastructure = NestedCluster { metadata: meta.clone(), spec: NestedClusterSpec::default(), status: None };
+    let plane = NestedControlPlane {
+        metadata: meta,
+        spec: NestedControlPlaneSpec { version: version.into(), flavor, ..Default::default() },
+        status: None,
+    };
+    (cluster, infrastructure, plane)
+}
+
+/// Creates the objects of cluster `name`; those that exist already are left as they are.
+pub async fn create(
+    client: &kube::Client,
+    name: &str,
+    namespace: &str,
+    version: &str,
+    flavor: Flavor,
+) -> kube::Result<()> {
+    let (cluster, infrastructure, plane) = bundle(name, namespace, version, flavor);
+    let post = PostParams::default();
+    tolerate(Api::<NestedControlPlane>::namespaced(client.clone(), namespace).create(&post, &plane).await)?;
+    tolerate(Api::<NestedCluster>::namespaced(client.clone(), namespace).create(&post, &infrastructure).await)?;
+    tolerate(Api::<Cluster>::namespaced(client.clone(), namespace).create(&post, &cluster).await)
+}
+
+/// `Ok` for a creation that happened or found the object there already.
+fn tolerate<T>(result: kube::Result<T>) -> kube::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
