@@ -74,9 +74,14 @@ pub(super) struct ApiServer {
 
 impl ApiServer {
     pub(super) async fn start(etcd: Option<&str>) -> anyhow::Result<ApiServer> {
+        ApiServer::start_with(etcd, &[]).await
+    }
+
+    /// A server with more arguments (such as `--service-cidr`).
+    pub(super) async fn start_with(etcd: Option<&str>, extra: &[&str]) -> anyhow::Result<ApiServer> {
         let data = tempfile::tempdir()?;
         let mut command = tokio::process::Command::new(std::env::current_exe()?);
-        command.args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path());
+        command.args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path()).args(extra);
         if let Some(url) = etcd {
             command.arg(format!("--storage=etcd={url}")).arg(format!("--storage-prefix=/bench-{}", fastrand::u64(..)));
         }

@@ -28,7 +28,7 @@ pub struct Args {
     timeout: Duration,
 }
 
-fn component(args: &[&str], kubeconfig: &std::path::Path) -> anyhow::Result<tokio::process::Child> {
+pub(super) fn component(args: &[&str], kubeconfig: &std::path::Path) -> anyhow::Result<tokio::process::Child> {
     Ok(tokio::process::Command::new(std::env::current_exe()?)
         .args(args)
         .arg("--kubeconfig")

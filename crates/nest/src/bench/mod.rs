@@ -6,6 +6,7 @@ mod api;
 mod cluster;
 mod stats;
 mod store;
+mod tenants;
 
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ pub enum Bench {
     Api(api::Args),
     /// A Deployment of 1,000 replicas on 10 simulated nodes: the time until every pod is Running.
     Cluster(cluster::Args),
+    /// Tenant clusters (Cluster + NestedCluster + NestedControlPlane) run as processes: time to ready, memory.
+    Tenants(tenants::Args),
 }
 
 pub async fn run(which: Bench) -> anyhow::Result<()> {
@@ -26,6 +29,7 @@ pub async fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Store(args) => store::run(args).await,
         Bench::Api(args) => api::run(args).await,
         Bench::Cluster(args) => cluster::run(args).await,
+        Bench::Tenants(args) => tenants::run(args).await,
     }
 }
 

@@ -1,0 +1,151 @@
+//! `nest bench tenants --count 1,10,100`: tenant clusters on a management cluster of `nest` processes (API server,
+//! controller-manager, scheduler, service proxy, manager, and one node running nest's image as processes). For each
+//! count, that many more clusters (Cluster + NestedCluster + NestedControlPlane) are created at once; printed: the
+//! time from creation to each Cluster `Provisioned` with its control plane ready (p50/p99), the time until all are,
+//! and the idle resident memory of one tenant (its API server and controller-manager processes together).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+use super::api::{ApiServer, rss_mib};
+use super::cluster::component;
+use super::stats::{Summary, round};
+use super::{emit, parse_duration};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// How many tenants to add at each step, comma separated.
+    #[arg(long, default_value = "1,10,100", value_delimiter = ',')]
+    count: Vec<usize>,
+    /// Give up on a step after this long.
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+/// The processes whose command line contains `needle`: their resident memory, summed, in MiB.
+fn rss_of(needle: &str) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
+    let mut total = 0.0;
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle) {
+            total += rss_mib(pid).unwrap_or(0.0);
+        }
+    }
+    round(total)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let server = ApiServer::start_with(None, &["--service-cidr", "127.97.0.0/16"]).await?;
+    let kubeconfig = server.data.path().join("admin.kubeconfig");
+    let pki = server.data.path().join("pki").display().to_string();
+    let node_dir = tempfile::tempdir()?;
+    let node_data = node_dir.path().display().to_string();
+    let _components = [
+        component(&["controller-manager"], &kubeconfig)?,
+        component(&["scheduler"], &kubeconfig)?,
+        component(&["proxy"], &kubeconfig)?,
+        component(&["manager"], &kubeconfig)?,
+        component(
+            &[
+                "node",
+                "--name",
+                "bench",
+                "--runtime",
+                "process",
+                "--pods",
+                "1000",
+                "--pod-cidr",
+                "127.31.0.0/16",
+                "--data-dir",
+                &node_data,
+                "--ca-dir",
+                &pki,
+                "--kubelet-port",
+                "0",
+            ],
+            &kubeconfig,
+        )?,
+    ];
+    let (client, _) = nest_controllers::connect(&kubeconfig).await?;
+    let clusters: Api<nest_capn::api::Cluster> = Api::namespaced(client.clone(), "default");
+    // The manager installs the CRDs.
+    let started = Instant::now();
+    let planes: Api<nest_capn::api::NestedControlPlane> = Api::namespaced(client.clone(), "default");
+    let infrastructures: Api<nest_capn::api::NestedCluster> = Api::namespaced(client.clone(), "default");
+    let one = ListParams::default().limit(1);
+    while clusters.list(&one).await.is_err()
+        || planes.list(&one).await.is_err()
+        || infrastructures.list(&one).await.is_err()
+    {
+        anyhow::ensure!(started.elapsed() < args.timeout, "the manager did not install the CRDs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let mut existing = 0;
+    for (step, count) in args.count.iter().copied().enumerate() {
+        let names: Vec<String> = (0..count).map(|i| format!("t{step}-{i}")).collect();
+        let began = Instant::now();
+        let creations = names.iter().map(|name| {
+            let client = client.clone();
+            async move {
+                let version = nest_capn::bundle::DEFAULT_VERSION;
+                nest_capn::bundle::create(&client, name, "default", version, Default::default()).await
+            }
+        });
+        for created in futures_util::future::join_all(creations).await {
+            created?;
+        }
+        let mut ready_after: BTreeMap<String, Duration> = BTreeMap::new();
+        while ready_after.len() < count {
+            anyhow::ensure!(
+                began.elapsed() < args.timeout,
+                "only {} of {count} tenants ready after {:?}",
+                ready_after.len(),
+                args.timeout
+            );
+            for cluster in clusters.list(&ListParams::default()).await?.items {
+                let name = cluster.metadata.name.clone().unwrap_or_default();
+                let provisioned = cluster.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Provisioned");
+                let available = cluster
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "ControlPlaneAvailable" && c.status == "True");
+                if names.contains(&name) && provisioned && available && !ready_after.contains_key(&name) {
+                    ready_after.insert(name, began.elapsed());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let all = began.elapsed();
+        existing += count;
+        // Idle: a few seconds after the last one came up.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let per_tenant: Vec<f64> = names
+            .iter()
+            .map(|name| {
+                rss_of(&format!("--tls-san={name}-apiserver "))
+                    + rss_of(&format!("--identity={name}-controller-manager-0"))
+            })
+            .collect();
+        let mean = per_tenant.iter().sum::<f64>() / per_tenant.len().max(1) as f64;
+        let mut samples: Vec<Duration> = ready_after.into_values().collect();
+        let summary = Summary::of(&mut samples);
+        emit(json!({
+            "bench": "tenants", "added": count, "tenants": existing,
+            "ready_ms": {"p50": summary.p50_ms, "p99": summary.p99_ms, "max": summary.max_ms},
+            "all_ready_seconds": round(all.as_secs_f64()),
+            "idle_rss_mib_per_tenant": {"mean": round(mean),
+                                        "max": round(per_tenant.iter().copied().fold(0.0, f64::max))},
+            "management_rss_mib": {"apiserver": server.rss_mib()},
+        }));
+    }
+    Ok(())
+}
