@@ -1,7 +1,7 @@
 //! `nest`: nested Kubernetes control planes. One binary; each subcommand is one component or tool.
 //!
 //! Today: `nest up` (a whole cluster in one process), `nest apiserver`, `nest controller-manager`, `nest scheduler`,
-//! `nest node`, `nest proxy`, `nest manager`, `nest crds`, `nest bench` and `nest debug` (small programs for pods). See `docs/ARCHITECTURE.md` for where each part lives.
+//! `nest node`, `nest proxy`, `nest manager`, `nest cluster`, `nest crds`, `nest bench` and `nest debug` (small programs for pods). See `docs/ARCHITECTURE.md` for where each part lives.
 
 mod bench;
 mod cmd;
@@ -35,6 +35,8 @@ enum Command {
         #[command(subcommand)]
         which: cmd::debug::Debug,
     },
+    /// Tenant clusters on a management cluster: create, list, describe, kubeconfig, delete.
+    Cluster(cmd::cluster::Args),
     /// The Cluster API provider's controllers: nested control planes and their components.
     Manager(cmd::manager::Args),
     /// Prints the CustomResourceDefinitions of the Cluster API provider (Cluster, NestedCluster, NestedControlPlane and
@@ -65,5 +67,6 @@ fn main() -> anyhow::Result<()> {
         Command::Debug { which } => runtime.block_on(cmd::debug::run(which)),
         Command::Crds(args) => cmd::crds::run(args),
         Command::Manager(args) => runtime.block_on(cmd::manager::run(args)),
+        Command::Cluster(args) => runtime.block_on(cmd::cluster::run(args)),
     }
 }

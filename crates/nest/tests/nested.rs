@@ -102,8 +102,35 @@ fn a_nested_control_plane_serves_its_tenant_and_recovers_from_a_killed_api_serve
     server.apply_manifest(&control_plane("alpha"));
     // The CRDs come from the manager; wait for them before the second tenant.
     eventually(60, "alpha ready", || ready_condition(&server, "alpha").0 == "True");
-    server.apply_manifest(&control_plane("beta"));
-    eventually(60, "beta ready", || ready_condition(&server, "beta").0 == "True");
+    // The second through the CLI, as a whole Cluster.
+    let nest = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nest"))
+            .args(args)
+            .env("KUBECONFIG", &server.kubeconfig)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let created = nest(&["cluster", "create", "beta", "--wait", "--timeout", "60s"]);
+    assert!(created.contains("Provisioned, control plane ready"), "{created}");
+    assert_eq!(ready_condition(&server, "beta").0, "True");
+    let described = nest(&["cluster", "describe", "beta"]);
+    for level in [
+        "Cluster/beta",
+        "NestedCluster/beta",
+        "NestedControlPlane/beta",
+        "NestedAPIServer/beta",
+        "NestedControllerManager/beta",
+    ] {
+        let line = described
+            .lines()
+            .find(|l| l.contains(&format!("{level} ")))
+            .unwrap_or_else(|| panic!("{level} missing: {described}"));
+        assert!(line.contains(" True "), "{level} not ready: {described}");
+    }
+    assert!(nest(&["cluster", "list"]).lines().any(|l| l.starts_with("beta ") && l.contains("Provisioned")));
+    assert!(nest(&["cluster", "kubeconfig", "beta"]).contains("client-certificate-data"));
 
     // The contract fields, the endpoint and the Secrets Cluster API reads.
     let plane = server.json(&["get", "ncp", "alpha"]);

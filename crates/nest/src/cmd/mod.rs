@@ -1,6 +1,7 @@
 //! One module per `nest` subcommand that runs a component.
 
 pub mod apiserver;
+pub mod cluster;
 pub mod controller_manager;
 pub mod crds;
 pub mod debug;
