@@ -69,13 +69,15 @@ pub async fn run(client: Client) {
     let controller_managers = Controller::new(Api::<NestedControllerManager>::all(client.clone()), all.clone())
         .owns(Api::<StatefulSet>::all(client.clone()), all.clone())
         .run(reconcile_controller_manager, policy, context.clone());
-    let clusters = Controller::new(Api::<Cluster>::all(client.clone()), all.clone()).run(
-        reconcile_cluster,
-        policy,
-        context.clone(),
-    );
-    let infrastructures =
-        Controller::new(Api::<NestedCluster>::all(client.clone()), all).run(reconcile_nested_cluster, policy, context);
+    // A Cluster and a NestedCluster follow their control plane and infrastructure at once: each change of one of
+    // those reconciles the objects of its cluster (by the cluster-name label).
+    let clusters = Controller::new(Api::<Cluster>::all(client.clone()), all.clone())
+        .watches(Api::<NestedControlPlane>::all(client.clone()), all.clone(), same_cluster)
+        .watches(Api::<NestedCluster>::all(client.clone()), all.clone(), same_cluster)
+        .run(reconcile_cluster, policy, context.clone());
+    let infrastructures = Controller::new(Api::<NestedCluster>::all(client.clone()), all.clone())
+        .watches(Api::<NestedControlPlane>::all(client.clone()), all, same_cluster)
+        .run(reconcile_nested_cluster, policy, context);
     tokio::join!(
         drain(control_planes),
         drain(api_servers),
@@ -83,6 +85,17 @@ pub async fn run(client: Client) {
         drain(clusters),
         drain(infrastructures)
     );
+}
+
+/// The object of kind `K` named after `object`'s cluster, in its namespace.
+fn same_cluster<K, O>(object: O) -> Option<kube::runtime::reflector::ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+    O: Resource,
+{
+    let meta = object.meta();
+    let cluster = meta.labels.as_ref()?.get(CLUSTER_NAME_LABEL)?;
+    Some(kube::runtime::reflector::ObjectRef::new(cluster).within(meta.namespace.as_deref()?))
 }
 
 fn policy<K>(_: Arc<K>, error: &Error, _: Arc<Context>) -> Action {

@@ -36,13 +36,32 @@ struct Seen {
     object: DynamicObject,
 }
 
+/// The CustomResourceDefinitions as last seen (name and resourceVersion, which also moves when one becomes
+/// Established), so that a new or changed one is discovered at
+/// once rather than at the next [`REDISCOVER`]: a custom resource created with foreground deletion right after its
+/// CRD must not wait half a minute.
+async fn crd_versions(client: &Client) -> Option<Vec<(String, String)>> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds = Api::<CustomResourceDefinition>::all(client.clone()).list_metadata(&ListParams::default()).await.ok()?;
+    let mut versions: Vec<(String, String)> =
+        crds.items.iter().map(|c| (c.name_any(), c.resource_version().unwrap_or_default())).collect();
+    versions.sort();
+    Some(versions)
+}
+
 /// Runs the collector until the task is dropped.
 pub async fn run(client: Client) {
     let mut discovery: Option<(Discovery, Instant)> = None;
+    let mut known_crds: Option<Vec<(String, String)>> = None;
     loop {
-        if discovery.as_ref().is_none_or(|(_, at)| at.elapsed() > REDISCOVER) {
+        let crds = crd_versions(&client).await;
+        let crds_changed = crds.is_some() && crds != known_crds;
+        if crds_changed || discovery.as_ref().is_none_or(|(_, at)| at.elapsed() > REDISCOVER) {
             match Discovery::new(client.clone()).run().await {
-                Ok(found) => discovery = Some((found, Instant::now())),
+                Ok(found) => {
+                    discovery = Some((found, Instant::now()));
+                    known_crds = crds;
+                }
                 Err(error) => tracing::debug!(%error, "garbage collector: discovery"),
             }
         }

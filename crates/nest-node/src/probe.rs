@@ -239,14 +239,17 @@ impl Check {
         }
     }
 
-    /// Probes for ever, calling `changed(ready)` when the result flips (starting from not ready).
+    /// Probes for ever, calling `changed(ready)` when the result flips (starting from not ready). Until the first
+    /// success it probes every quarter second rather than every `periodSeconds`: failures then change nothing (the
+    /// container is not ready yet either way), and the container is ready as soon as it serves instead of up to a
+    /// period later.
     pub async fn watch<F, Fut>(&self, target: &Target, mut changed: F)
     where
         F: FnMut(bool) -> Fut,
         Fut: Future<Output = ()>,
     {
         tokio::time::sleep(self.initial_delay).await;
-        let (mut ready, mut passed, mut failed) = (false, 0, 0);
+        let (mut ready, mut ever_ready, mut passed, mut failed) = (false, false, 0, 0);
         loop {
             match self.attempt(target).await {
                 Ok(()) => (passed, failed) = (passed + 1, 0),
@@ -254,12 +257,14 @@ impl Check {
             }
             if !ready && passed >= self.success_threshold {
                 ready = true;
+                ever_ready = true;
                 changed(true).await;
             } else if ready && failed >= self.failure_threshold {
                 ready = false;
                 changed(false).await;
             }
-            tokio::time::sleep(self.period).await;
+            let wait = if ever_ready { self.period } else { self.period.min(Duration::from_millis(250)) };
+            tokio::time::sleep(wait).await;
         }
     }
 }

@@ -2,7 +2,8 @@
 //! controller-manager, scheduler, service proxy, manager, and one node running nest's image as processes). For each
 //! count, that many more clusters (Cluster + NestedCluster + NestedControlPlane) are created at once; printed: the
 //! time from creation to each Cluster `Provisioned` with its control plane ready (p50/p99), the time until all are,
-//! and the idle resident memory of one tenant (its API server and controller-manager processes together).
+//! and the idle memory of one tenant (its API server and controller-manager processes together): resident,
+//! proportional and anonymous (see [`Memory`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -25,18 +26,38 @@ pub struct Args {
     timeout: Duration,
 }
 
-/// The processes whose command line contains `needle`: their resident memory, summed, in MiB.
-fn rss_of(needle: &str) -> f64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
-    let mut total = 0.0;
+/// Memory of a set of processes, in MiB: resident (`rss`, counting the `nest` binary's pages, which every process
+/// shares, in full), proportional (`pss`, shared pages divided among the processes sharing them: what one more
+/// tenant costs) and anonymous (`anon`: heap and stacks, the tenant's own).
+#[derive(Clone, Copy, Debug, Default)]
+struct Memory {
+    rss: f64,
+    pss: f64,
+    anon: f64,
+}
+
+/// A `kB` field of a `/proc` file, in MiB.
+fn field_mib(path: &str, field: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let kib: f64 =
+        text.lines().find_map(|l| l.strip_prefix(field))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// The memory of the processes whose command line contains `needle`, summed.
+fn memory_of(needle: &str) -> Memory {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Memory::default() };
+    let mut total = Memory::default();
     for entry in entries.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         if String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle) {
-            total += rss_mib(pid).unwrap_or(0.0);
+            total.rss += rss_mib(pid).unwrap_or(0.0);
+            total.pss += field_mib(&format!("/proc/{pid}/smaps_rollup"), "Pss:").unwrap_or(0.0);
+            total.anon += field_mib(&format!("/proc/{pid}/status"), "RssAnon:").unwrap_or(0.0);
         }
     }
-    round(total)
+    total
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -73,8 +94,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     ];
     let (client, _) = nest_controllers::connect(&kubeconfig).await?;
     let clusters: Api<nest_capn::api::Cluster> = Api::namespaced(client.clone(), "default");
-    // The manager installs the CRDs.
+    // The management cluster is ready: the node registered, the controller-manager leading, the CRDs installed.
     let started = Instant::now();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), "kube-system");
+    let (lease_namespace, lease) = nest_controllers::LEASE;
+    debug_assert_eq!(lease_namespace, "kube-system");
+    while nodes.list(&ListParams::default()).await?.items.is_empty() || leases.get_opt(lease).await?.is_none() {
+        anyhow::ensure!(started.elapsed() < args.timeout, "the node did not register or no controller-manager leads");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let planes: Api<nest_capn::api::NestedControlPlane> = Api::namespaced(client.clone(), "default");
     let infrastructures: Api<nest_capn::api::NestedCluster> = Api::namespaced(client.clone(), "default");
     let one = ListParams::default().limit(1);
@@ -128,22 +157,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         existing += count;
         // Idle: a few seconds after the last one came up.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let per_tenant: Vec<f64> = names
+        let per_tenant: Vec<Memory> = names
             .iter()
             .map(|name| {
-                rss_of(&format!("--tls-san={name}-apiserver "))
-                    + rss_of(&format!("--identity={name}-controller-manager-0"))
+                let api = memory_of(&format!("--tls-san={name}-apiserver "));
+                let manager = memory_of(&format!("--identity={name}-controller-manager-0"));
+                Memory { rss: api.rss + manager.rss, pss: api.pss + manager.pss, anon: api.anon + manager.anon }
             })
             .collect();
-        let mean = per_tenant.iter().sum::<f64>() / per_tenant.len().max(1) as f64;
+        let mean =
+            |part: fn(&Memory) -> f64| round(per_tenant.iter().map(part).sum::<f64>() / per_tenant.len().max(1) as f64);
         let mut samples: Vec<Duration> = ready_after.into_values().collect();
         let summary = Summary::of(&mut samples);
         emit(json!({
             "bench": "tenants", "added": count, "tenants": existing,
             "ready_ms": {"p50": summary.p50_ms, "p99": summary.p99_ms, "max": summary.max_ms},
             "all_ready_seconds": round(all.as_secs_f64()),
-            "idle_rss_mib_per_tenant": {"mean": round(mean),
-                                        "max": round(per_tenant.iter().copied().fold(0.0, f64::max))},
+            "idle_mib_per_tenant": {"rss": mean(|m| m.rss), "pss": mean(|m| m.pss), "anon": mean(|m| m.anon)},
             "management_rss_mib": {"apiserver": server.rss_mib()},
         }));
     }
