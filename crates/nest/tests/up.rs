@@ -10,7 +10,19 @@ use std::process::{Child, Command, Stdio};
 
 use common::{KUBECTL, eventually};
 
-fn up(data: &Path) -> (Child, String) {
+/// A running `nest up`, killed if the test fails before stopping it.
+struct Up(Option<Child>);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn up(data: &Path) -> (Up, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_nest"))
         .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data)
@@ -24,7 +36,7 @@ fn up(data: &Path) -> (Child, String) {
         assert!(stdout.read_line(&mut printed).unwrap() > 0, "nest up exited early: {printed}");
     }
     std::thread::spawn(move || for _ in stdout.lines() {});
-    (child, printed)
+    (Up(Some(child)), printed)
 }
 
 fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
@@ -43,7 +55,8 @@ fn processes_with(needle: &str) -> usize {
         .count()
 }
 
-fn stop(mut child: Child) -> std::process::ExitStatus {
+fn stop(mut up: Up) -> std::process::ExitStatus {
+    let mut child = up.0.take().expect("a running nest up");
     let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
     child.wait().unwrap()
 }
