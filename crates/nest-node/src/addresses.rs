@@ -3,14 +3,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
+use std::time::SystemTime;
 
 /// A range of addresses and who holds which.
 #[derive(Debug)]
 pub struct Pool {
     base: u32,
     size: u32,
-    /// Offset in the range, by pod UID.
-    taken: BTreeMap<String, u32>,
+    /// Offset in the range, and when it was taken, by pod UID.
+    taken: BTreeMap<String, (u32, SystemTime)>,
 }
 
 /// A range that is not `a.b.c.d/len` with a length from 8 to 30.
@@ -42,18 +43,18 @@ impl Pool {
         if let Ok(ip) = ip.parse::<Ipv4Addr>()
             && self.contains(ip)
         {
-            self.taken.insert(uid.to_string(), u32::from(ip) - self.base);
+            self.taken.entry(uid.to_string()).or_insert((u32::from(ip) - self.base, SystemTime::now()));
         }
     }
 
     /// The address of pod `uid`: the one it holds, else the lowest free one; `None` when the range is full.
     pub fn allocate(&mut self, uid: &str) -> Option<Ipv4Addr> {
-        if let Some(offset) = self.taken.get(uid) {
+        if let Some((offset, _)) = self.taken.get(uid) {
             return Some(Ipv4Addr::from(self.base + offset));
         }
-        let used: BTreeSet<u32> = self.taken.values().copied().collect();
+        let used: BTreeSet<u32> = self.taken.values().map(|(offset, _)| *offset).collect();
         let offset = (2..self.size - 1).find(|o| !used.contains(o))?;
-        self.taken.insert(uid.to_string(), offset);
+        self.taken.insert(uid.to_string(), (offset, SystemTime::now()));
         Some(Ipv4Addr::from(self.base + offset))
     }
 
@@ -62,9 +63,10 @@ impl Pool {
         self.taken.remove(uid);
     }
 
-    /// Forgets every pod not in `live` (pods removed while the node was not looking).
-    pub fn retain(&mut self, live: &BTreeSet<String>) {
-        self.taken.retain(|uid, _| live.contains(uid));
+    /// Forgets every pod not in `live`, a list of the node's pods taken at `listed` (pods removed while the node was
+    /// not looking); addresses handed out after the list was taken stay.
+    pub fn retain(&mut self, live: &BTreeSet<String>, listed: SystemTime) {
+        self.taken.retain(|uid, (_, since)| live.contains(uid) || *since >= listed);
     }
 }
 
@@ -85,7 +87,8 @@ mod tests {
         loopback.remember("x", "127.1.0.2");
         loopback.remember("elsewhere", "10.0.0.2");
         assert_eq!(loopback.allocate("y"), Some(Ipv4Addr::new(127, 1, 0, 3)));
-        loopback.retain(&BTreeSet::from(["y".to_string()]));
+        let listed = SystemTime::now();
+        loopback.retain(&BTreeSet::from(["y".to_string()]), listed);
         assert_eq!(loopback.allocate("z"), Some(Ipv4Addr::new(127, 1, 0, 2)));
         assert!(Pool::new("127.1.0.0").is_err() && Pool::new("127.1.0.0/31").is_err());
     }

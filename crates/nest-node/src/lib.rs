@@ -215,11 +215,12 @@ async fn sweep(context: &Context) {
     let mine = ListParams::default().fields(&format!("spec.nodeName={}", context.options.name));
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
+        let listed = SystemTime::now();
         let Ok(list) = Api::<Pod>::all(context.client.clone()).list_metadata(&mine).await else { continue };
         let live: BTreeSet<String> = list.items.iter().filter_map(|p| p.uid()).collect();
-        context.addresses.lock().unwrap_or_else(|p| p.into_inner()).retain(&live);
+        context.addresses.lock().unwrap_or_else(|p| p.into_inner()).retain(&live, listed);
         if let Some(runtime) = &context.runtime {
-            runtime.keep_only(&live).await;
+            runtime.keep_only(&live, listed).await;
         }
     }
 }

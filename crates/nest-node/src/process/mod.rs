@@ -137,9 +137,16 @@ impl Runtime {
         let _ = std::fs::remove_dir_all(self.pod_dir(uid));
     }
 
-    /// Stops and removes every pod not in `live` (deleted without this node seeing it, for example by force).
-    pub async fn keep_only(&self, live: &BTreeSet<String>) {
-        let gone: Vec<String> = self.pods().keys().filter(|uid| !live.contains(*uid)).cloned().collect();
+    /// Stops and removes every pod not in `live`, a list of the node's pods taken at `listed` (deleted without this
+    /// node seeing it, for example by force). Pods started, and directories made, after the list was taken are not
+    /// in it, and stay.
+    pub async fn keep_only(&self, live: &BTreeSet<String>, listed: std::time::SystemTime) {
+        let gone: Vec<String> = self
+            .pods()
+            .iter()
+            .filter(|(uid, run)| !live.contains(*uid) && run.started < listed)
+            .map(|(uid, _)| uid.clone())
+            .collect();
         for uid in gone {
             self.remove(&uid).await;
         }
@@ -147,7 +154,9 @@ impl Runtime {
         if let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("pods")) {
             for entry in entries.flatten() {
                 let uid = entry.file_name().to_string_lossy().into_owned();
-                if !live.contains(&uid) && !self.knows(&uid) {
+                // A directory made after the list was taken belongs to a pod being started.
+                let older = entry.metadata().and_then(|m| m.modified()).is_ok_and(|made| made < listed);
+                if !live.contains(&uid) && !self.knows(&uid) && older {
                     supervise::kill_leftovers(&entry.path().join("pids"));
                     let _ = std::fs::remove_dir_all(entry.path());
                 }

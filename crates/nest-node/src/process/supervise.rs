@@ -79,6 +79,8 @@ pub struct PodRun {
     stop: watch::Sender<Option<Duration>>,
     done: watch::Receiver<bool>,
     shared: Arc<Shared>,
+    /// When the pod was started here.
+    pub started: std::time::SystemTime,
 }
 
 impl PodRun {
@@ -142,7 +144,7 @@ impl PodRun {
             futures_util::future::join_all(containers).await;
             let _ = done_tx.send(true);
         });
-        Arc::new(PodRun { stop, done, shared })
+        Arc::new(PodRun { stop, done, shared, started: std::time::SystemTime::now() })
     }
 
     /// The pod's namespace and name.
