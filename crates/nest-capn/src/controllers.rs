@@ -238,10 +238,20 @@ async fn answers(server: &str, ca: &str) -> bool {
 // === NestedControlPlane ===
 
 async fn reconcile_control_plane(plane: Arc<NestedControlPlane>, context: Arc<Context>) -> Result<Action> {
-    if plane.metadata.deletion_timestamp.is_some() || paused(&*plane) {
+    if plane.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let client = &context.client;
+    if paused(&*plane) {
+        let planes: Api<NestedControlPlane> = Api::namespaced(client.clone(), &plane.namespace().unwrap_or_default());
+        let previous = plane.status.as_ref().and_then(|s| s.conditions.as_ref());
+        let mut conditions: Vec<Condition> =
+            previous.into_iter().flatten().filter(|c| c.type_ != "Paused").cloned().collect();
+        conditions.push(condition("Paused", true, "Paused", "reconciliation is paused", plane.metadata.generation));
+        let status = json!({"status": {"conditions": keep_transitions(previous, conditions)}});
+        planes.patch_status(&plane.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+        return Ok(Action::await_change());
+    }
     let names = names_of(&*plane);
     let namespace = names.namespace.clone();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
@@ -264,9 +274,17 @@ async fn reconcile_control_plane(plane: Arc<NestedControlPlane>, context: Arc<Co
 
     // The components.
     let overrides = plane.spec.components.clone().unwrap_or_default();
+    // The version the components get: the wanted one, unless that would go backwards or skip a minor version
+    // from what runs, which is refused (the components keep what they run).
+    let previous_version = plane.status.as_ref().and_then(|s| s.version.clone());
+    let refusal = previous_version.as_deref().and_then(|running| version_change_refused(running, &plane.spec.version));
+    let version = match (&refusal, &previous_version) {
+        (Some(_), Some(running)) => running.clone(),
+        _ => plane.spec.version.clone(),
+    };
     let component = |given: Option<NestedComponentSpec>| {
         let mut spec = given.unwrap_or_default();
-        spec.version = spec.version.or_else(|| Some(plane.spec.version.clone()));
+        spec.version = spec.version.or_else(|| Some(version.clone()));
         spec
     };
     let meta = ObjectMeta {
@@ -378,6 +396,11 @@ async fn reconcile_control_plane(plane: Arc<NestedControlPlane>, context: Arc<Co
                 generation,
             ),
             ready_condition,
+            match &refusal {
+                Some((reason, message)) => condition("VersionAccepted", false, reason, message.clone(), generation),
+                None => condition("VersionAccepted", true, "Accepted", "", generation),
+            },
+            condition("Paused", false, "NotPaused", "", generation),
         ],
     );
     let replicas = api_status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
@@ -395,6 +418,32 @@ async fn reconcile_control_plane(plane: Arc<NestedControlPlane>, context: Arc<Co
     }});
     planes.patch_status(&plane.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
     Ok(Action::requeue(LOOK_AGAIN))
+}
+
+/// `v1.33.0` as (1, 33, 0).
+fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
+    let core = version.strip_prefix('v')?.split(['-', '+']).next()?;
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
+}
+
+/// Why going from version `running` to `wanted` is refused, if it is: Kubernetes control planes go forward only, one
+/// minor version at a time. Returns (reason, message).
+fn version_change_refused(running: &str, wanted: &str) -> Option<(&'static str, String)> {
+    let (Some(from), Some(to)) = (parse_version(running), parse_version(wanted)) else { return None };
+    if to < from {
+        return Some((
+            "DowngradeRefused",
+            format!("{wanted} is older than the running {running}; control planes are only upgraded"),
+        ));
+    }
+    if to.0 != from.0 || to.1 > from.1 + 1 {
+        return Some((
+            "VersionSkewRefused",
+            format!("{running} to {wanted} skips a minor version; upgrade one minor version at a time"),
+        ));
+    }
+    None
 }
 
 /// Puts `spec` on a component the control plane created, when it differs.
@@ -811,4 +860,21 @@ async fn reconcile_nested_cluster(infrastructure: Arc<NestedCluster>, context: A
     }});
     api.patch_status(&infrastructure.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
     Ok(Action::requeue(LOOK_AGAIN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_go_forward_one_minor_at_a_time() {
+        assert_eq!(version_change_refused("v1.33.0", "v1.33.2"), None);
+        assert_eq!(version_change_refused("v1.33.2", "v1.34.0"), None);
+        assert_eq!(version_change_refused("v1.33.2", "v1.33.2"), None);
+        assert_eq!(version_change_refused("v1.33.2", "v1.33.1").map(|r| r.0), Some("DowngradeRefused"));
+        assert_eq!(version_change_refused("v1.33.0", "v1.32.9").map(|r| r.0), Some("DowngradeRefused"));
+        assert_eq!(version_change_refused("v1.32.0", "v1.34.0").map(|r| r.0), Some("VersionSkewRefused"));
+        assert_eq!(version_change_refused("v1.33.0", "v2.0.0").map(|r| r.0), Some("VersionSkewRefused"));
+        assert_eq!(parse_version("v1.33.0-rc.1"), Some((1, 33, 0)));
+    }
 }

@@ -132,6 +132,27 @@ fn a_nested_control_plane_serves_its_tenant_and_recovers_from_a_killed_api_serve
     assert!(nest(&["cluster", "list"]).lines().any(|l| l.starts_with("beta ") && l.contains("Provisioned")));
     assert!(nest(&["cluster", "kubeconfig", "beta"]).contains("client-certificate-data"));
 
+    // A downgrade is refused with a condition, and the components keep their version; pausing is reported.
+    let condition_of = |name: &str, kind: &str| {
+        let plane = server.json(&["get", "ncp", name]);
+        let found = plane["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == kind).cloned();
+        found.map(|c| (c["status"].as_str().unwrap_or("").to_string(), c["reason"].as_str().unwrap_or("").to_string()))
+    };
+    server.ok(&["patch", "ncp", "beta", "--type=merge", "-p", r#"{"spec":{"version":"v1.32.0"}}"#]);
+    eventually(30, "the downgrade refused", || {
+        condition_of("beta", "VersionAccepted") == Some(("False".into(), "DowngradeRefused".into()))
+    });
+    assert_eq!(server.json(&["get", "nkas", "beta"])["spec"]["version"], "v1.33.0");
+    assert_eq!(ready_condition(&server, "beta").0, "True", "a refused version leaves the control plane running");
+    server.ok(&["patch", "ncp", "beta", "--type=merge", "-p", r#"{"spec":{"version":"v1.33.0"}}"#]);
+    eventually(30, "the version accepted again", || {
+        condition_of("beta", "VersionAccepted").is_some_and(|c| c.0 == "True")
+    });
+    server.ok(&["annotate", "ncp", "beta", "cluster.x-k8s.io/paused=true"]);
+    eventually(30, "beta paused", || condition_of("beta", "Paused").is_some_and(|c| c.0 == "True"));
+    server.ok(&["annotate", "ncp", "beta", "cluster.x-k8s.io/paused-"]);
+    eventually(30, "beta resumed", || condition_of("beta", "Paused").is_some_and(|c| c.0 == "False"));
+
     // The contract fields, the endpoint and the Secrets Cluster API reads.
     let plane = server.json(&["get", "ncp", "alpha"]);
     assert_eq!(plane["status"]["initialized"], true);
