@@ -112,10 +112,7 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
         }
     }
     for pod in &deletions {
-        match pods_api.delete(pod, &DeleteParams::background()).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(error) => return Err(error),
-        }
+        crate::refused_is_fine(pods_api.delete(pod, &DeleteParams::background()).await)?;
     }
 
     let template = spec.template.clone();
@@ -164,10 +161,7 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
     .any(|k| current[*k].as_i64().unwrap_or(0) != status["status"][*k].as_i64().unwrap_or(0));
     if changed {
         let sets: Api<DaemonSet> = Api::namespaced(context.client.clone(), &namespace);
-        match sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(error) => return Err(error),
-        }
+        crate::refused_is_fine(sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await)?;
     }
     // New nodes are noticed on the next look.
     Ok(Action::requeue(Duration::from_secs(5)))

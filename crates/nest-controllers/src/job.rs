@@ -109,10 +109,7 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         active.sort_by_key(|p| is_ready(p));
         let delete = DeleteParams::background();
         for pod in &active[..active.len() - wanted_active] {
-            match pods_api.delete(&pod.name_any(), &delete).await {
-                Ok(_) | Err(kube::Error::Api(_)) => {}
-                Err(error) => return Err(error),
-            }
+            crate::refused_is_fine(pods_api.delete(&pod.name_any(), &delete).await)?;
         }
         active.truncate(wanted_active);
     }
@@ -138,10 +135,9 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         && previous.start_time.is_some();
     if !unchanged {
         let jobs: Api<Job> = Api::namespaced(context.client.clone(), &namespace);
-        match jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(error) => return Err(error),
-        }
+        crate::refused_is_fine(
+            jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await,
+        )?;
     }
     Ok(Action::await_change())
 }

@@ -45,6 +45,16 @@ pub(crate) fn controller_reference<K: kube::Resource<DynamicType = ()>>(
     k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference { block_owner_deletion: Some(true), ..reference }
 }
 
+/// `Ok` for a request that succeeded or that the API server refused (the object is gone or changed, or the request no
+/// longer applies): the watch brings the news and the next reconcile acts on it. Only failures to reach the server
+/// are errors, which the controller retries.
+pub(crate) fn refused_is_fine<T>(result: kube::Result<T>) -> kube::Result<()> {
+    match result {
+        Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
 /// What every reconcile gets.
 pub(crate) struct Context {
     pub client: Client,

@@ -122,10 +122,9 @@ async fn mark_pods_not_ready(client: &Client, node: &str) -> kube::Result<()> {
             .collect();
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
         let patch = json!({"status": {"conditions": conditions}});
-        match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(error) => return Err(error),
-        }
+        crate::refused_is_fine(
+            api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await,
+        )?;
     }
     Ok(())
 }

@@ -52,10 +52,7 @@ async fn sweep(client: &Client, suspects: &BTreeSet<String>) -> Result<BTreeSet<
             preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
             ..DeleteParams::background()
         };
-        match api.delete(&pod.name_any(), &force).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(error) => return Err(error),
-        }
+        crate::refused_is_fine(api.delete(&pod.name_any(), &force).await)?;
     }
     Ok(missing)
 }

@@ -137,10 +137,7 @@ async fn revisions(set: &StatefulSet, pods: &[Pod], client: &Client) -> Result<R
     };
     let spare: Vec<&ControllerRevision> = owned.iter().filter(|r| !in_use(r)).collect();
     for old in spare.iter().take(spare.len().saturating_sub(limit)) {
-        match api.delete(&old.name_any(), &DeleteParams::default()).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(error) => return Err(error),
-        }
+        crate::refused_is_fine(api.delete(&old.name_any(), &DeleteParams::default()).await)?;
     }
     Ok(Revisions { current, update, templates })
 }
@@ -279,10 +276,7 @@ impl Pass<'_> {
         let Some(owner) = pod.owner_ref(&()) else { return Ok(()) };
         for claim in claims(self.set, ordinal) {
             let patch = json!({"metadata": {"ownerReferences": [owner]}});
-            match api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) | Err(kube::Error::Api(_)) => {}
-                Err(error) => return Err(error),
-            }
+            crate::refused_is_fine(api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)?;
         }
         Ok(())
     }
@@ -406,10 +400,9 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
     });
     if changed {
         let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
-        match sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(error) => return Err(error),
-        }
+        crate::refused_is_fine(
+            sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await,
+        )?;
     }
     Ok(Action::await_change())
 }
