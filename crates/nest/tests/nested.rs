@@ -99,8 +99,11 @@ fn a_nested_control_plane_serves_its_tenant_and_recovers_from_a_killed_api_serve
     let node_dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let (server, _components) = management("127.120.0.0/16", "127.21.0.0/16", node_dir.path());
+    // The CRDs come from the manager: wait until they are served.
+    eventually(60, "the manager's CRDs served", || {
+        server.kubectl(&["get", "nestedcontrolplanes,nestedclusters,clusters.cluster.x-k8s.io"]).status.success()
+    });
     server.apply_manifest(&control_plane("alpha"));
-    // The CRDs come from the manager; wait for them before the second tenant.
     eventually(60, "alpha ready", || ready_condition(&server, "alpha").0 == "True");
     // The second through the CLI, as a whole Cluster.
     let nest = |args: &[&str]| {
