@@ -918,7 +918,10 @@ impl Registry {
             if meta::name(&body) != name {
                 return Err(ApiError::bad_request("the patch must not change metadata.name"));
             }
-            let conditional = !meta::meta_str(&body, "resourceVersion").is_empty();
+            // `change` starts from the current object, resourceVersion included; only a patch that set another
+            // one asks for optimistic concurrency. Otherwise a conflict with a concurrent write is retried.
+            let wanted_rv = meta::meta_str(&body, "resourceVersion");
+            let conditional = !wanted_rv.is_empty() && wanted_rv != meta::meta_str(&old, "resourceVersion");
             let obj = match self.next_version(resource, name, current.mod_revision, &old, body, subresource, dry_run)? {
                 Updated::DryRun(obj) => return Ok(obj),
                 Updated::Store(obj) => obj,
