@@ -9,11 +9,13 @@ use serde_json::{Value, json};
 pub const KUBERNETES_MINOR: &str = "33";
 pub const GIT_VERSION: &str = "v1.33.0+nest";
 
-pub fn version() -> Value {
+/// The `/version` document; `git_version` is the Kubernetes version reported (`v1.33.2`; GIT_VERSION when unset).
+pub fn version(git_version: Option<&str>) -> Value {
+    let git_version = git_version.map(|v| format!("{}+nest", v.split('+').next().unwrap_or(v)));
     json!({
         "major": "1",
         "minor": KUBERNETES_MINOR,
-        "gitVersion": GIT_VERSION,
+        "gitVersion": git_version.as_deref().unwrap_or(GIT_VERSION),
         "gitCommit": env!("CARGO_PKG_VERSION"),
         "gitTreeState": "clean",
         "buildDate": "1970-01-01T00:00:00Z",

@@ -36,6 +36,8 @@ pub struct State {
     pub address: String,
     /// How this server calls nodes' kubelet APIs.
     pub kubelet_tls: Arc<rustls::ClientConfig>,
+    /// The Kubernetes version `/version` reports, when not nest's default.
+    pub kubernetes_version: Option<String>,
 }
 
 fn full(bytes: impl Into<Bytes>) -> Body {
@@ -313,7 +315,9 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
     let path = if path.is_empty() { "/".to_string() } else { path };
     // Health and version are open to anyone, as in kube-apiserver's default RBAC.
     match path.as_str() {
-        "/version" => return Ok(json_response(StatusCode::OK, &discovery::version())),
+        "/version" => {
+            return Ok(json_response(StatusCode::OK, &discovery::version(state.kubernetes_version.as_deref())));
+        }
         "/healthz" | "/livez" | "/readyz" => return Ok(text_response("ok")),
         p if p.starts_with("/healthz/") || p.starts_with("/livez/") || p.starts_with("/readyz/") => {
             return Ok(text_response("ok"));

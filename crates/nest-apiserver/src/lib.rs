@@ -47,6 +47,8 @@ pub struct Config {
     pub service_cidr: nest_registry::ipalloc::ServiceCidr,
     /// The cluster CA's certificate and key files, when the CA is given rather than made here.
     pub ca_files: Option<(PathBuf, PathBuf)>,
+    /// The Kubernetes version to report (a 1.33 patch version such as `v1.33.2`); nest's default when unset.
+    pub kubernetes_version: Option<String>,
 }
 
 /// A server that is listening.
@@ -89,7 +91,8 @@ pub async fn serve(
     let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr);
     registry.bootstrap(address.port()).await?;
     let kubelet_tls = Arc::new(logs::kubelet_client(&pki)?);
-    let state = Arc::new(State { registry, tokens, address: host, kubelet_tls });
+    let kubernetes_version = config.kubernetes_version.clone();
+    let state = Arc::new(State { registry, tokens, address: host, kubelet_tls, kubernetes_version });
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     ready(&Serving { address, kubeconfig });
 

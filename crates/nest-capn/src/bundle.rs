@@ -4,20 +4,34 @@
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::api::{
-    CLUSTER_NAME_LABEL, CONTROL_PLANE_GROUP, Cluster, ClusterSpec, ContractVersionedObjectReference, Flavor,
-    INFRASTRUCTURE_GROUP, NestedCluster, NestedClusterSpec, NestedControlPlane, NestedControlPlaneSpec,
+    CLUSTER_NAME_LABEL, CONTROL_PLANE_GROUP, Cluster, ClusterSpec, ComponentOverrides,
+    ContractVersionedObjectReference, Flavor, INFRASTRUCTURE_GROUP, NestedCluster, NestedClusterSpec,
+    NestedComponentSpec, NestedControlPlane, NestedControlPlaneSpec,
 };
 
 /// The Kubernetes version nest's own components speak.
 pub const DEFAULT_VERSION: &str = "v1.33.0";
 
+/// What a new cluster is asked to be.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// The Kubernetes version of the control plane.
+    pub version: String,
+    pub flavor: Flavor,
+    /// The members of its etcd; none (the `nest` flavor's API server keeps its data itself) when unset.
+    pub etcd_members: Option<i32>,
+    /// The API servers (more than one needs an etcd).
+    pub api_servers: Option<i32>,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape { version: DEFAULT_VERSION.into(), flavor: Flavor::Nest, etcd_members: None, api_servers: None }
+    }
+}
+
 /// The three objects of cluster `name` in `namespace`.
-pub fn bundle(
-    name: &str,
-    namespace: &str,
-    version: &str,
-    flavor: Flavor,
-) -> (Cluster, NestedCluster, NestedControlPlane) {
+pub fn bundle(name: &str, namespace: &str, shape: &Shape) -> (Cluster, NestedCluster, NestedControlPlane) {
     let meta = ObjectMeta {
         name: Some(name.into()),
         namespace: Some(namespace.into()),
@@ -41,21 +55,24 @@ pub fn bundle(
     let infrastructure = NestedCluster { metadata: meta.clone(), spec: NestedClusterSpec::default(), status: None };
     let plane = NestedControlPlane {
         metadata: meta,
-        spec: NestedControlPlaneSpec { version: version.into(), flavor, ..Default::default() },
+        spec: NestedControlPlaneSpec {
+            version: shape.version.clone(),
+            flavor: shape.flavor,
+            components: (shape.etcd_members.is_some() || shape.api_servers.is_some()).then(|| ComponentOverrides {
+                etcd: shape.etcd_members.map(|n| NestedComponentSpec { replicas: Some(n), ..Default::default() }),
+                api_server: shape.api_servers.map(|n| NestedComponentSpec { replicas: Some(n), ..Default::default() }),
+                controller_manager: None,
+            }),
+            ..Default::default()
+        },
         status: None,
     };
     (cluster, infrastructure, plane)
 }
 
 /// Creates the objects of cluster `name`; those that exist already are left as they are.
-pub async fn create(
-    client: &kube::Client,
-    name: &str,
-    namespace: &str,
-    version: &str,
-    flavor: Flavor,
-) -> kube::Result<()> {
-    let (cluster, infrastructure, plane) = bundle(name, namespace, version, flavor);
+pub async fn create(client: &kube::Client, name: &str, namespace: &str, shape: &Shape) -> kube::Result<()> {
+    let (cluster, infrastructure, plane) = bundle(name, namespace, shape);
     let post = PostParams::default();
     tolerate(Api::<NestedControlPlane>::namespaced(client.clone(), namespace).create(&post, &plane).await)?;
     tolerate(Api::<NestedCluster>::namespaced(client.clone(), namespace).create(&post, &infrastructure).await)?;

@@ -6,9 +6,14 @@
 //! [`NestedAPIServer`](api::NestedAPIServer) and [`NestedControllerManager`](api::NestedControllerManager).
 //!
 //! Start with [`api`] for the types and [`crds::all`] for the CustomResourceDefinitions (`nest crds` prints them).
+//! What each component runs comes from versioned packages of templated manifests ([`package`], the files under
+//! `packages/`), rendered by [`render`] with the values [`plan`] works out; [`controllers`] apply them.
 
 pub mod api;
 pub mod bundle;
+pub mod clusterctl;
 pub mod controllers;
 pub mod crds;
+pub mod package;
+pub mod plan;
 pub mod render;

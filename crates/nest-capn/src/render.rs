@@ -1,14 +1,20 @@
-//! What each component runs, rendered from its spec without an API server: the `nest` flavor's Service and
-//! StatefulSets. Pure functions, so that what the controllers apply can be printed and checked on its own.
+//! What each component runs, rendered from its spec without an API server: the values a package's templates are
+//! filled with ([`crate::package`]), the rendering, then the component's `patches`. Pure functions, so that what the
+//! controllers apply is also what `nest render` prints and what the golden tests check.
 //!
-//! The `nest` flavor runs nest's own binary from nest's image, which the embedded super cluster's nodes run as
-//! processes: the tenant API server keeps its data in a volume claim (embedded storage) and is given the cluster CA
-//! from the `<cluster>-ca` Secret; the controller-manager reaches it through its Service with the
-//! `<cluster>-controller-manager-kubeconfig` Secret.
+//! Some values are addresses the management cluster gives out: the ClusterIPs of the component's Services (the API
+//! server's certificate names its Service's address; etcd members find each other at their Services' addresses in
+//! the `nest` flavor). They are inputs; a document that needs one not known yet is left out of [`Rendered::objects`]
+//! and named in [`Rendered::waiting`], and the controllers apply the Services first.
+
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::api::{CLUSTER_NAME_LABEL, NestedComponentSpec};
+use crate::api::{CLUSTER_NAME_LABEL, ComponentPatch, Flavor, NestedComponentSpec, PatchType};
+use crate::package::{self, DEFAULT_CHANNEL, Packages};
+
+pub use crate::package::Rendered;
 
 /// nest's image, at this build's version (the nodes' allowlist maps it to the `nest` binary).
 pub fn nest_image() -> String {
@@ -17,8 +23,31 @@ pub fn nest_image() -> String {
 
 /// The port tenant API servers serve on.
 pub const API_SERVER_PORT: i32 = 6443;
+/// The port etcd serves clients on.
+pub const ETCD_CLIENT_PORT: i32 = 2379;
 /// The label naming which component a pod or Service belongs to.
 pub const COMPONENT_LABEL: &str = "controlplane.cluster.x-k8s.io/component";
+/// The tenant's Service range when its Cluster names none (kubeadm's default).
+pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
+
+/// The three components of a control plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    Etcd,
+    ApiServer,
+    ControllerManager,
+}
+
+impl Component {
+    /// The package file and label value of the component.
+    pub fn file(self) -> &'static str {
+        match self {
+            Component::Etcd => "etcd",
+            Component::ApiServer => "apiserver",
+            Component::ControllerManager => "controller-manager",
+        }
+    }
+}
 
 /// The names of everything one cluster's control plane is made of.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +59,32 @@ pub struct Names {
 impl Names {
     pub fn ca_secret(&self) -> String {
         format!("{}-ca", self.cluster)
+    }
+    /// The etcd CA (Cluster API's `<cluster>-etcd`).
+    pub fn etcd_ca_secret(&self) -> String {
+        format!("{}-etcd", self.cluster)
+    }
+    /// etcd's serving and peer certificate, with the etcd CA's certificate.
+    pub fn etcd_server_secret(&self) -> String {
+        format!("{}-etcd-server", self.cluster)
+    }
+    pub fn apiserver_etcd_client_secret(&self) -> String {
+        format!("{}-apiserver-etcd-client", self.cluster)
+    }
+    /// The front-proxy CA (Cluster API's `<cluster>-proxy`) and its client.
+    pub fn proxy_secret(&self) -> String {
+        format!("{}-proxy", self.cluster)
+    }
+    pub fn proxy_client_secret(&self) -> String {
+        format!("{}-proxy-client", self.cluster)
+    }
+    /// The service-account signing key pair (Cluster API's `<cluster>-sa`).
+    pub fn sa_secret(&self) -> String {
+        format!("{}-sa", self.cluster)
+    }
+    /// The kubernetes flavor's API server serving certificate.
+    pub fn apiserver_serving_secret(&self) -> String {
+        format!("{}-apiserver-serving", self.cluster)
     }
     pub fn kubeconfig_secret(&self) -> String {
         format!("{}-kubeconfig", self.cluster)
@@ -44,106 +99,194 @@ impl Names {
     pub fn controller_manager(&self) -> String {
         format!("{}-controller-manager", self.cluster)
     }
-    fn labels(&self, component: &str) -> Value {
-        json!({CLUSTER_NAME_LABEL: self.cluster, COMPONENT_LABEL: component})
+    /// The etcd client Service and StatefulSet.
+    pub fn etcd(&self) -> String {
+        format!("{}-etcd", self.cluster)
+    }
+    /// The name of etcd member `ordinal` (its pod, and in the `nest` flavor its Service).
+    pub fn etcd_member(&self, ordinal: i32) -> String {
+        format!("{}-etcd-{ordinal}", self.cluster)
+    }
+    /// The StatefulSet of `component`.
+    pub fn workload(&self, component: Component) -> String {
+        match component {
+            Component::Etcd => self.etcd(),
+            Component::ApiServer => self.api_server(),
+            Component::ControllerManager => self.controller_manager(),
+        }
+    }
+    /// The labels of `component`'s objects.
+    pub fn labels(&self, component: Component) -> Value {
+        json!({CLUSTER_NAME_LABEL: self.cluster, COMPONENT_LABEL: component.file()})
     }
 }
 
-fn resources(spec: &NestedComponentSpec) -> Value {
-    spec.resources.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).unwrap_or_else(|| json!({}))
+/// Everything a component's rendering depends on.
+#[derive(Clone, Debug)]
+pub struct Inputs<'a> {
+    pub flavor: Flavor,
+    pub names: &'a Names,
+    pub spec: &'a NestedComponentSpec,
+    /// Whether the control plane has an etcd (else a `nest` API server keeps its data itself).
+    pub with_etcd: bool,
+    /// The tenant's Service range.
+    pub service_cidr: &'a str,
+    /// The ClusterIPs of the Services that exist: name → address.
+    pub cluster_ips: &'a BTreeMap<String, String>,
 }
 
-/// The API server's Service: a ClusterIP on port 6443 in front of its pods.
-pub fn api_server_service(names: &Names) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": names.api_server(), "namespace": names.namespace, "labels": names.labels("apiserver")},
-        "spec": {
-            "selector": names.labels("apiserver"),
-            "ports": [{"name": "https", "port": API_SERVER_PORT, "targetPort": API_SERVER_PORT, "protocol": "TCP"}],
-        },
-    })
+/// Why a component cannot be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Package(#[from] package::Error),
+    #[error("the component has no version")]
+    NoVersion,
+    #[error("patch {index} ({kind} {name}): {message}")]
+    Patch { index: usize, kind: String, name: String, message: String },
 }
 
-/// The API server's StatefulSet; `service_ip` (the Service's ClusterIP) goes into its serving certificate.
-pub fn api_server_statefulset(names: &Names, spec: &NestedComponentSpec, service_ip: &str) -> Value {
-    let service = names.api_server();
-    let args = vec![
-        "apiserver".to_string(),
-        format!("--listen=$(POD_IP):{API_SERVER_PORT}"),
-        "--data-dir=/var/lib/nest".into(),
-        "--ca-cert-file=/etc/nest/ca/tls.crt".into(),
-        "--ca-key-file=/etc/nest/ca/tls.key".into(),
-        format!("--tls-san={service_ip}"),
-        format!("--tls-san={service}"),
-        format!("--tls-san={service}.{}", names.namespace),
-        format!("--tls-san={service}.{}.svc", names.namespace),
-    ];
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": service, "namespace": names.namespace, "labels": names.labels("apiserver")},
-        "spec": {
-            "replicas": spec.replicas.unwrap_or(1),
-            "serviceName": service,
-            // The claim goes with the StatefulSet, and so with the cluster.
-            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
-            "selector": {"matchLabels": names.labels("apiserver")},
-            "template": {
-                "metadata": {"labels": names.labels("apiserver")},
-                "spec": {
-                    "containers": [{
-                        "name": "apiserver",
-                        "image": nest_image(),
-                        "args": args,
-                        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                        "ports": [{"name": "https", "containerPort": API_SERVER_PORT}],
-                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": API_SERVER_PORT, "scheme": "HTTPS"},
-                                           "periodSeconds": 2},
-                        "resources": resources(spec),
-                        "volumeMounts": [
-                            {"name": "ca", "mountPath": "/etc/nest/ca", "readOnly": true},
-                            {"name": "data", "mountPath": "/var/lib/nest"},
-                        ],
-                    }],
-                    "volumes": [{"name": "ca", "secret": {"secretName": names.ca_secret()}}],
-                },
-            },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-            }],
-        },
-    })
+/// The number of instances `inputs` asks for: etcd members are 1, 3 or 5; an API server without etcd runs alone.
+pub fn replicas(component: Component, inputs: &Inputs) -> i32 {
+    let asked = inputs.spec.replicas.unwrap_or(1).max(1);
+    match component {
+        Component::ApiServer if !inputs.with_etcd && inputs.flavor == Flavor::Nest => 1,
+        _ => asked,
+    }
 }
 
-/// The controller-manager's StatefulSet.
-pub fn controller_manager_statefulset(names: &Names, spec: &NestedComponentSpec) -> Value {
-    let name = names.controller_manager();
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": names.namespace, "labels": names.labels("controller-manager")},
-        "spec": {
-            "replicas": spec.replicas.unwrap_or(1),
-            "serviceName": name,
-            "selector": {"matchLabels": names.labels("controller-manager")},
-            "template": {
-                "metadata": {"labels": names.labels("controller-manager")},
-                "spec": {
-                    "containers": [{
-                        "name": "controller-manager",
-                        "image": nest_image(),
-                        "args": ["controller-manager", "--kubeconfig=/etc/nest/kubeconfig/value",
-                                 "--identity=$(POD_NAME)"],
-                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                        "resources": resources(spec),
-                        "volumeMounts": [{"name": "kubeconfig", "mountPath": "/etc/nest/kubeconfig", "readOnly": true}],
-                    }],
-                    "volumes": [{"name": "kubeconfig",
-                                 "secret": {"secretName": names.controller_manager_kubeconfig_secret()}}],
-                },
-            },
-        },
-    })
+/// The values `component`'s templates are filled with.
+pub fn values(component: Component, inputs: &Inputs) -> Result<BTreeMap<String, String>, Error> {
+    let names = inputs.names;
+    let version = inputs.spec.version.clone().ok_or(Error::NoVersion)?;
+    let resources = inputs.spec.resources.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default());
+    let mut values: BTreeMap<String, String> = [
+        ("cluster", names.cluster.clone()),
+        ("namespace", names.namespace.clone()),
+        ("version", version),
+        ("replicas", replicas(component, inputs).to_string()),
+        ("resources", resources.unwrap_or_else(|| json!({})).to_string()),
+        ("nestImage", nest_image()),
+        ("serviceCIDR", inputs.service_cidr.to_string()),
+        ("etcd", if inputs.with_etcd { "true" } else { "" }.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let ip = |service: &str| inputs.cluster_ips.get(service).cloned();
+    if let Some(address) = ip(&names.api_server()) {
+        values.insert("apiServerIP".into(), address);
+    }
+    if let Some(address) = ip(&names.etcd()) {
+        values.insert("etcdClientIP".into(), address);
+    }
+    if component == Component::Etcd {
+        let members: Vec<String> = (0..replicas(component, inputs)).map(|i| names.etcd_member(i)).collect();
+        values.insert("members".into(), members.join(","));
+        let by_name: Vec<String> = members
+            .iter()
+            .map(|m| format!("{m}=https://{m}.{}-etcd-peer.{}.svc:2380", names.cluster, names.namespace))
+            .collect();
+        values.insert("initialClusterByName".into(), by_name.join(","));
+        let by_address: Option<Vec<String>> =
+            members.iter().map(|m| ip(m).map(|address| format!("{m}=https://{address}:2380"))).collect();
+        if let Some(by_address) = by_address {
+            values.insert("initialClusterByAddress".into(), by_address.join(","));
+        }
+    }
+    Ok(values)
+}
+
+/// Renders `component` from its package and applies its patches.
+pub fn render(packages: &Packages, component: Component, inputs: &Inputs) -> Result<Rendered, Error> {
+    let version = inputs.spec.version.clone().ok_or(Error::NoVersion)?;
+    let channel = inputs.spec.channel.as_deref().unwrap_or(DEFAULT_CHANNEL);
+    let template = packages.template(inputs.flavor, channel, &version, component.file())?;
+    let mut rendered = template.render(&values(component, inputs)?)?;
+    for (index, patch) in inputs.spec.patches.iter().flatten().enumerate() {
+        apply_patch(&mut rendered.objects, patch).map_err(|message| Error::Patch {
+            index,
+            kind: patch.kind.clone(),
+            name: patch.name.clone().unwrap_or_else(|| "*".into()),
+            message,
+        })?;
+    }
+    Ok(rendered)
+}
+
+/// Applies one patch to the rendered objects it chooses.
+fn apply_patch(objects: &mut [Value], patch: &ComponentPatch) -> Result<(), String> {
+    let mut matched = false;
+    for object in objects.iter_mut() {
+        let kind_matches = object["kind"].as_str() == Some(patch.kind.as_str());
+        let name_matches = patch.name.as_deref().is_none_or(|n| object["metadata"]["name"].as_str() == Some(n));
+        if !(kind_matches && name_matches) {
+            continue;
+        }
+        matched = true;
+        match patch.type_ {
+            PatchType::Json => nest_registry::patch::json_patch(object, &patch.patch).map_err(|e| e.0)?,
+            PatchType::Merge => merge_by_name(object, &patch.patch),
+        }
+    }
+    // A patch that changes nothing is a mistake the user wants to hear about (a misspelt name).
+    if !matched {
+        return Err("no rendered object has this kind and name".into());
+    }
+    Ok(())
+}
+
+/// A merge patch (RFC 7386) whose lists of named objects (containers, env, volumes, ports…) merge item by item by
+/// name, as strategic merge patch does for them; an item `{"name": N, "$patch": "delete"}` removes N.
+pub fn merge_by_name(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else if let Some(existing) = target.get_mut(key) {
+                    merge_by_name(existing, value);
+                } else {
+                    let mut fresh = Value::Null;
+                    merge_by_name(&mut fresh, value);
+                    target.insert(key.clone(), fresh);
+                }
+            }
+        }
+        (Value::Array(target), Value::Array(patch)) if named(target) && named(patch) => {
+            for item in patch {
+                let name = item["name"].clone();
+                let position = target.iter().position(|t| t["name"] == name);
+                let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+                match (position, delete) {
+                    (Some(at), true) => {
+                        target.remove(at);
+                    }
+                    (Some(at), false) => merge_by_name(&mut target[at], item),
+                    (None, true) => {}
+                    (None, false) => target.push(item.clone()),
+                }
+            }
+        }
+        (target, patch) => *target = strip_directives(patch),
+    }
+}
+
+fn named(items: &[Value]) -> bool {
+    !items.is_empty() && items.iter().all(|i| i.get("name").is_some_and(Value::is_string))
+}
+
+fn strip_directives(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, v)| !k.starts_with("$patch") && !v.is_null())
+                .map(|(k, v)| (k.clone(), strip_directives(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(strip_directives).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Whether `live` has every field `wanted` sets, with the same value (lists item by item, of the same length): what
@@ -166,10 +309,26 @@ pub fn covers(live: &Value, wanted: &Value) -> bool {
 mod tests {
     use super::*;
 
+    fn inputs<'a>(
+        names: &'a Names,
+        spec: &'a NestedComponentSpec,
+        ips: &'a BTreeMap<String, String>,
+        with_etcd: bool,
+    ) -> Inputs<'a> {
+        Inputs { flavor: Flavor::Nest, names, spec, with_etcd, service_cidr: DEFAULT_SERVICE_CIDR, cluster_ips: ips }
+    }
+
+    fn spec() -> NestedComponentSpec {
+        NestedComponentSpec { version: Some("v1.33.0".into()), ..Default::default() }
+    }
+
     #[test]
     fn drift_is_a_change_to_what_was_rendered_not_an_addition() {
         let names = Names { cluster: "demo".into(), namespace: "tenants".into() };
-        let wanted = api_server_statefulset(&names, &NestedComponentSpec::default(), "127.96.0.10");
+        let ips = BTreeMap::from([("demo-apiserver".to_string(), "127.96.0.10".to_string())]);
+        let spec = spec();
+        let rendered = render(&Packages::default(), Component::ApiServer, &inputs(&names, &spec, &ips, false)).unwrap();
+        let wanted = rendered.objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap().clone();
         let mut live = wanted.clone();
         live["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"] = json!("/dev/termination-log");
         live["spec"]["podManagementPolicy"] = json!("OrderedReady");
@@ -179,5 +338,108 @@ mod tests {
         let args = wanted["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
         assert!(args.iter().any(|a| a == "--tls-san=127.96.0.10"), "{args:?}");
         assert!(args.iter().any(|a| a == "--tls-san=demo-apiserver.tenants.svc"), "{args:?}");
+    }
+
+    #[test]
+    fn the_statefulset_waits_for_its_service_address() {
+        let names = Names { cluster: "demo".into(), namespace: "tenants".into() };
+        let none = BTreeMap::new();
+        let spec = spec();
+        let rendered =
+            render(&Packages::default(), Component::ApiServer, &inputs(&names, &spec, &none, false)).unwrap();
+        let kinds: Vec<&str> = rendered.objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(kinds, ["Service"]);
+        assert_eq!(rendered.waiting, ["apiServerIP"]);
+    }
+
+    #[test]
+    fn etcd_members_know_each_other() {
+        let names = Names { cluster: "t".into(), namespace: "ns".into() };
+        let spec = NestedComponentSpec { replicas: Some(3), ..spec() };
+        let ips: BTreeMap<String, String> =
+            (0..3).map(|i| (format!("t-etcd-{i}"), format!("127.96.0.{}", 20 + i))).collect();
+        let rendered = render(&Packages::default(), Component::Etcd, &inputs(&names, &spec, &ips, true)).unwrap();
+        let services: Vec<&str> = rendered
+            .objects
+            .iter()
+            .filter(|o| o["kind"] == "Service")
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(services, ["t-etcd", "t-etcd-0", "t-etcd-1", "t-etcd-2"]);
+        let set = rendered.objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap();
+        assert_eq!(set["spec"]["replicas"], 3);
+        let args = set["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+        let initial = "--initial-cluster=t-etcd-0=https://127.96.0.20:2380,t-etcd-1=https://127.96.0.21:2380,\
+                       t-etcd-2=https://127.96.0.22:2380";
+        assert!(args.iter().any(|a| a == initial), "{args:?}");
+
+        // The kubernetes flavor finds members by DNS name, so it waits for no address.
+        let no_addresses = BTreeMap::new();
+        let kubernetes = Inputs { flavor: Flavor::Kubernetes, ..inputs(&names, &spec, &no_addresses, true) };
+        let rendered = render(&Packages::default(), Component::Etcd, &kubernetes).unwrap();
+        assert!(rendered.waiting.is_empty(), "{:?}", rendered.waiting);
+        let set = rendered.objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap();
+        let command = set["spec"]["template"]["spec"]["containers"][0]["command"].as_array().unwrap();
+        assert!(command.iter().any(|a| a
+            == "--initial-cluster=t-etcd-0=https://t-etcd-0.t-etcd-peer.ns.svc:2380,\
+                                             t-etcd-1=https://t-etcd-1.t-etcd-peer.ns.svc:2380,\
+                                             t-etcd-2=https://t-etcd-2.t-etcd-peer.ns.svc:2380"));
+    }
+
+    #[test]
+    fn an_api_server_without_etcd_runs_alone() {
+        let names = Names { cluster: "t".into(), namespace: "ns".into() };
+        let spec = NestedComponentSpec { replicas: Some(3), ..spec() };
+        let ips = BTreeMap::from([("t-apiserver".to_string(), "10.0.0.1".to_string())]);
+        assert_eq!(replicas(Component::ApiServer, &inputs(&names, &spec, &ips, false)), 1);
+        assert_eq!(replicas(Component::ApiServer, &inputs(&names, &spec, &ips, true)), 3);
+    }
+
+    #[test]
+    fn patches_change_what_they_name_and_fail_on_nothing() {
+        let names = Names { cluster: "t".into(), namespace: "ns".into() };
+        let ips = BTreeMap::from([("t-apiserver".to_string(), "10.0.0.1".to_string())]);
+        let mut spec = spec();
+        spec.patches = Some(vec![
+            ComponentPatch {
+                kind: "StatefulSet".into(),
+                name: None,
+                type_: PatchType::Merge,
+                patch: json!({"spec": {"template": {"spec": {"containers": [
+                    {"name": "apiserver", "env": [{"name": "RUST_LOG", "value": "debug"}]},
+                ]}}}}),
+            },
+            ComponentPatch {
+                kind: "Service".into(),
+                name: Some("t-apiserver".into()),
+                type_: PatchType::Json,
+                patch: json!([{"op": "add", "path": "/spec/type", "value": "NodePort"}]),
+            },
+        ]);
+        let rendered = render(&Packages::default(), Component::ApiServer, &inputs(&names, &spec, &ips, false)).unwrap();
+        let set = rendered.objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap();
+        let container = &set["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], nest_image(), "the rest of the container stays");
+        let env = container["env"].as_array().unwrap();
+        assert_eq!(env.len(), 2, "merged by name into the rendered env: {env:?}");
+        let service = rendered.objects.iter().find(|o| o["kind"] == "Service").unwrap();
+        assert_eq!(service["spec"]["type"], "NodePort");
+
+        spec.patches = Some(vec![ComponentPatch {
+            kind: "Deployment".into(),
+            name: None,
+            type_: PatchType::Merge,
+            patch: json!({}),
+        }]);
+        let error =
+            render(&Packages::default(), Component::ApiServer, &inputs(&names, &spec, &ips, false)).unwrap_err();
+        assert!(error.to_string().contains("no rendered object"), "{error}");
+    }
+
+    #[test]
+    fn merge_by_name_deletes_and_replaces() {
+        let mut target = json!({"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}], "args": ["x"]});
+        merge_by_name(&mut target, &json!({"env": [{"name": "A", "$patch": "delete"}], "args": ["y", "z"]}));
+        assert_eq!(target, json!({"env": [{"name": "B", "value": "2"}], "args": ["y", "z"]}));
     }
 }

@@ -99,6 +99,10 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
         .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()).is_some_and(|ip| !ip.is_empty()))
         .collect();
     let ports = spec.ports.clone().unwrap_or_default();
+    // `publishNotReadyAddresses`: every selected pod counts as ready (peers that must find each other before they
+    // are ready, such as etcd members).
+    let publish_all = spec.publish_not_ready_addresses == Some(true);
+    let is_ready = |pod: &Pod| publish_all || is_ready(pod);
 
     // Endpoints: pods grouped by the ports they resolve to.
     let mut subsets: BTreeMap<String, Subset> = BTreeMap::new();

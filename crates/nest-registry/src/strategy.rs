@@ -395,6 +395,65 @@ impl Strategy for Workload {
             }
         }
     }
+
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        self.check(obj)
+    }
+}
+
+impl Workload {
+    /// The checks of `pkg/apis/apps/validation` (and batch's) that protect the controllers: counts are not negative,
+    /// an apps workload has a selector its template's labels match, and the template is a valid pod.
+    fn check(&self, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        let spec = &obj["spec"];
+        for field in [
+            "replicas",
+            "minReadySeconds",
+            "revisionHistoryLimit",
+            "progressDeadlineSeconds",
+            "completions",
+            "parallelism",
+            "backoffLimit",
+        ] {
+            if let Some(n) = spec.get(field).and_then(Value::as_i64)
+                && n < 0
+            {
+                causes.push(Cause::invalid(
+                    format!("spec.{field}"),
+                    format!("Invalid value: {n}: must be greater than or equal to 0"),
+                ));
+            }
+        }
+        if self.kind != "Job" {
+            let selector = spec.get("selector").filter(|s| s.is_object());
+            let labels = &spec["template"]["metadata"]["labels"];
+            match selector {
+                None => causes.push(Cause::required("spec.selector")),
+                Some(selector) => {
+                    let unmatched = selector["matchLabels"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .any(|(key, value)| labels.get(key) != Some(value));
+                    if unmatched {
+                        causes.push(Cause::invalid(
+                            "spec.template.metadata.labels",
+                            format!("Invalid value: {labels}: `selector` does not match template `labels`"),
+                        ));
+                    }
+                }
+            }
+        }
+        match spec.get("template").filter(|t| t.is_object()) {
+            None => causes.push(Cause::required("spec.template")),
+            Some(template) => causes.extend(Pod.validate(template).into_iter().map(|mut cause| {
+                cause.field = format!("spec.template.{}", cause.field);
+                cause
+            })),
+        }
+        causes
+    }
 }
 
 /// CustomResourceDefinitions (apiextensions-apiserver's strategy and validation, 1.33, the parts nest uses): the name

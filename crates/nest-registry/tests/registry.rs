@@ -109,7 +109,9 @@ async fn stale_updates_conflict_and_dry_run_persists_nothing() {
 async fn status_subresource_rules() {
     let f = Fixture::new().await;
     let deployments = f.r("apps", "deployments");
-    let body = json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}, "status": {"replicas": 9}});
+    let template = json!({"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let spec = json!({"replicas": 1, "selector": {"matchLabels": {"app": "d"}}, "template": template});
+    let body = json!({"metadata": {"name": "d"}, "spec": spec, "status": {"replicas": 9}});
     let created = f.registry.create(&deployments, "ns", body, false).await.unwrap();
     // The main endpoint ignores status; /status changes only status and does not bump generation.
     let mut main = created.clone();
@@ -125,6 +127,32 @@ async fn status_subresource_rules() {
     let after = f.registry.update(&deployments, "ns", "d", status, Subresource::Status, false).await.unwrap();
     assert_eq!((after["spec"]["replicas"].as_i64(), after["status"]["replicas"].as_i64()), (Some(2), Some(2)));
     assert_eq!(after["metadata"]["generation"], 2);
+}
+
+#[tokio::test]
+async fn workloads_are_validated_as_kube_apiserver_validates_them() {
+    let f = Fixture::new().await;
+    let sets = f.r("apps", "statefulsets");
+    let template = json!({"metadata": {"labels": {"app": "s"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let good = json!({"metadata": {"name": "s"}, "spec": {
+        "replicas": 2, "selector": {"matchLabels": {"app": "s"}}, "template": template}});
+    f.registry.create(&sets, "ns", good.clone(), true).await.unwrap();
+    let cases = [
+        ("/spec/replicas", json!(-1), "spec.replicas"),
+        ("/spec/selector", json!({"matchLabels": {"app": "other"}}), "spec.template.metadata.labels"),
+        ("/spec/template/spec/containers", json!([{"name": "c"}]), "spec.template.spec.containers[0].image"),
+    ];
+    for (pointer, value, field) in cases {
+        let mut bad = good.clone();
+        *bad.pointer_mut(pointer).unwrap() = value;
+        let error = f.registry.create(&sets, "ns", bad, true).await.unwrap_err();
+        assert_eq!(error.code, 422, "{pointer}");
+        assert!(error.details.causes.iter().any(|c| c.field == field), "{pointer}: {error:?}");
+    }
+    let mut bare = good.clone();
+    bare["spec"].as_object_mut().unwrap().remove("selector");
+    let error = f.registry.create(&sets, "ns", bare, true).await.unwrap_err();
+    assert!(error.details.causes.iter().any(|c| c.field == "spec.selector"), "{error:?}");
 }
 
 #[tokio::test]

@@ -35,11 +35,21 @@ pub struct Config {
     pub watch_buffer: usize,
     /// How long a connection attempt may take.
     pub connect_timeout: Duration,
+    /// TLS for `https://` endpoints: the CA to trust and the client certificate to present (PEM).
+    pub tls: Option<Tls>,
+}
+
+/// How to reach an etcd that serves TLS and asks for client certificates.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { watch_buffer: 1024, connect_timeout: Duration::from_secs(5) }
+        Config { watch_buffer: 1024, connect_timeout: Duration::from_secs(5), tls: None }
     }
 }
 
@@ -53,7 +63,14 @@ pub struct EtcdStore {
 impl EtcdStore {
     /// Connects to etcd at `endpoints` (URLs such as `http://127.0.0.1:2379`) and checks that it answers.
     pub async fn connect(endpoints: &[String], config: Config) -> Result<EtcdStore> {
-        let options = ConnectOptions::new().with_connect_timeout(config.connect_timeout);
+        let mut options = ConnectOptions::new().with_connect_timeout(config.connect_timeout);
+        if let Some(tls) = &config.tls {
+            options = options.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca))
+                    .identity(etcd_client::Identity::from_pem(&tls.cert, &tls.key)),
+            );
+        }
         let mut client =
             Client::connect(endpoints, Some(options)).await.map_err(|e| Error::backend("connecting to etcd", e))?;
         client.status().await.map_err(|e| Error::backend("asking etcd for its status", e))?;

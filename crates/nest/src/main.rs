@@ -1,7 +1,8 @@
 //! `nest`: nested Kubernetes control planes. One binary; each subcommand is one component or tool.
 //!
 //! Today: `nest up` (a whole cluster in one process), `nest apiserver`, `nest controller-manager`, `nest scheduler`,
-//! `nest node`, `nest proxy`, `nest manager`, `nest cluster`, `nest crds`, `nest bench` and `nest debug` (small programs for pods). See `docs/ARCHITECTURE.md` for where each part lives.
+//! `nest node`, `nest proxy`, `nest manager`, `nest cluster`, `nest render`, `nest clusterctl`, `nest crds`, `nest etcd-member`,
+//! `nest bench` and `nest debug` (small programs for pods). See `docs/ARCHITECTURE.md` for where each part lives.
 
 mod bench;
 mod cmd;
@@ -39,6 +40,14 @@ enum Command {
     Cluster(cmd::cluster::Args),
     /// The Cluster API provider's controllers: nested control planes and their components.
     Manager(cmd::manager::Args),
+    /// Prints the manifests the controllers would apply for the NestedControlPlanes (and Clusters, components and
+    /// Services) read as YAML on stdin, without any API server.
+    Render(cmd::render::Args),
+    /// Writes the Cluster API provider packaged for clusterctl (components, metadata, cluster template) into a
+    /// directory, with a clusterctl configuration naming it.
+    Clusterctl(cmd::clusterctl::Args),
+    /// Starts one member of a new etcd cluster whose members are known by address (what a NestedEtcd's pods run).
+    EtcdMember(cmd::etcd_member::Args),
     /// Prints the CustomResourceDefinitions of the Cluster API provider (Cluster, NestedCluster, NestedControlPlane and
     /// its components).
     Crds(cmd::crds::Args),
@@ -66,6 +75,9 @@ fn main() -> anyhow::Result<()> {
         Command::Bench { which } => runtime.block_on(bench::run(which)),
         Command::Debug { which } => runtime.block_on(cmd::debug::run(which)),
         Command::Crds(args) => cmd::crds::run(args),
+        Command::Render(args) => cmd::render::run(args),
+        Command::Clusterctl(args) => cmd::clusterctl::run(args),
+        Command::EtcdMember(args) => cmd::etcd_member::run(args),
         Command::Manager(args) => runtime.block_on(cmd::manager::run(args)),
         Command::Cluster(args) => runtime.block_on(cmd::cluster::run(args)),
     }

@@ -103,3 +103,99 @@ fn the_provider_crds_install_and_validate_their_objects() {
         assert!(message.contains("spec.replicas"), "{backend}: {message}");
     }
 }
+
+/// The golden manifests of both flavors (`crates/nest-capn/tests/golden`, which the golden tests hold equal to what
+/// the packages render) are accepted by an API server's validation: `kubectl apply --dry-run=server` creates nothing
+/// and refuses a broken one.
+#[test]
+fn both_flavors_render_manifests_an_api_server_accepts() {
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../nest-capn/tests/golden");
+    let server = Server::start(&common::Storage::Embedded);
+    server.ok(&["create", "namespace", "tenants"]);
+    for flavor in ["nest", "kubernetes"] {
+        let file = golden.join(format!("{flavor}.yaml")).display().to_string();
+        let out = server.ok(&["apply", "--dry-run=server", "--validate=false", "-f", &file]);
+        assert!(out.contains("statefulset.apps/") && out.contains("(server dry run)"), "{flavor}: {out}");
+    }
+    let left = server.ok(&["get", "statefulsets,services", "-n", "tenants", "-o", "name"]);
+    assert!(left.trim().is_empty(), "a dry run created {left}");
+    let manifests = std::fs::read_to_string(golden.join("kubernetes.yaml")).unwrap();
+    let broken = manifests.replacen("replicas: 3", "replicas: -3", 1);
+    let out = server.kubectl_with_input(&["apply", "--dry-run=server", "--validate=false", "-f", "-"], Some(&broken));
+    assert!(!out.status.success(), "a StatefulSet with -3 replicas passed");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("replicas"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `nest clusterctl DIR` writes the provider as clusterctl installs it; an API server accepts every object of both
+/// components files and of the cluster template (with clusterctl's variables filled in), in a server-side dry run.
+#[test]
+fn the_clusterctl_package_is_accepted_by_an_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nest")).args(["clusterctl"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let release = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let infrastructure = dir.path().join("infrastructure-nested").join(&release);
+    let control_plane = dir.path().join("control-plane-nested").join(&release);
+    let config = std::fs::read_to_string(dir.path().join("clusterctl.yaml")).unwrap();
+    assert!(
+        config.contains("type: InfrastructureProvider") && config.contains("type: ControlPlaneProvider"),
+        "{config}"
+    );
+    let metadata = std::fs::read_to_string(control_plane.join("metadata.yaml")).unwrap();
+    assert!(metadata.contains("contract: v1beta2"), "{metadata}");
+
+    let server = Server::start(&common::Storage::Embedded);
+    for namespace in ["capn-system", "capn-control-plane-system", "tenants"] {
+        server.ok(&["create", "namespace", namespace]);
+    }
+    for (file, namespace) in [
+        (infrastructure.join("infrastructure-components.yaml"), "capn-system"),
+        (control_plane.join("control-plane-components.yaml"), "capn-control-plane-system"),
+    ] {
+        // The provider's namespace exists already (created above: a dry run cannot create what the rest needs).
+        let text = std::fs::read_to_string(&file).unwrap();
+        let (namespaces, rest): (Vec<&str>, Vec<&str>) =
+            text.split("\n---\n").partition(|d| d.contains("kind: Namespace\n"));
+        assert_eq!(namespaces.len(), 1, "{}", file.display());
+        assert!(namespaces[0].lines().any(|l| l.trim() == format!("name: {namespace}")), "{}", namespaces[0]);
+        let manifest = rest.join("\n---\n");
+        let out =
+            server.kubectl_with_input(&["create", "--dry-run=server", "--validate=false", "-f", "-"], Some(&manifest));
+        let created = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+        for kind in ["customresourcedefinition", "clusterrole", "clusterrolebinding", "serviceaccount", "deployment"] {
+            assert!(created.lines().any(|l| l.starts_with(kind)), "{}: no {kind} in {created}", file.display());
+        }
+    }
+    assert!(server.ok(&["get", "deployments", "-A", "-o", "name"]).trim().is_empty(), "the dry run created objects");
+
+    // The template, as `clusterctl generate cluster t1 --target-namespace tenants` fills it in.
+    server.apply_manifest(&crds());
+    let template = std::fs::read_to_string(infrastructure.join("cluster-template.yaml")).unwrap();
+    assert!(template.contains("${KUBERNETES_VERSION:="), "{template}");
+    let filled = fill(&template, &[("CLUSTER_NAME", "t1"), ("NAMESPACE", "tenants"), ("ETCD_REPLICAS", "3")]);
+    let out = server.kubectl_with_input(&["create", "--dry-run=server", "--validate=false", "-f", "-"], Some(&filled));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{filled}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("(server dry run)").count(), 3, "{stdout}");
+    // A value the CRD's schema refuses is caught.
+    let bad = fill(&template, &[("CLUSTER_NAME", "t2"), ("NAMESPACE", "tenants"), ("ETCD_REPLICAS", "9")]);
+    let out = server.kubectl_with_input(&["create", "--dry-run=server", "--validate=false", "-f", "-"], Some(&bad));
+    assert!(!out.status.success(), "9 etcd members passed");
+}
+
+/// clusterctl's variable syntax: `${NAME}` and `${NAME:=default}`.
+fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').unwrap() + start;
+        let expression = &rest[start + 2..end];
+        let (name, default) = expression.split_once(":=").map_or((expression, None), |(n, d)| (n, Some(d)));
+        let value = values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).or(default);
+        out.push_str(value.unwrap_or_else(|| panic!("no value for {name}")));
+        rest = &rest[end + 1..];
+    }
+    out + rest
+}

@@ -235,6 +235,7 @@ fn a_nested_control_plane_serves_its_tenant_and_recovers_from_a_killed_api_serve
         [
             "nestedcontrolplanes",
             "nestedclusters",
+            "nestedetcds",
             "nestedapiservers",
             "nestedcontrollermanagers",
             "statefulsets",
@@ -266,4 +267,173 @@ fn cluster_api_objects(name: &str) -> String {
          spec:\n  controlPlaneRef: {{apiGroup: controlplane.cluster.x-k8s.io, kind: NestedControlPlane, name: {name}}}\n\
          \x20 infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: NestedCluster, name: {name}}}\n"
     )
+}
+
+fn status_of(server: &Server, kind: &str, name: &str, field: &str) -> String {
+    let object = server.json(&["get", kind, name]);
+    match &object["status"][field] {
+        Value::String(text) => text.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+#[test]
+fn an_etcd_backed_control_plane_scales_repairs_and_upgrades_in_order() {
+    let node_dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (server, _components) = management("127.122.0.0/16", "127.22.0.0/16", node_dir.path());
+    eventually(60, "the manager's CRDs served", || {
+        server.kubectl(&["get", "nestedcontrolplanes,nestedetcds"]).status.success()
+    });
+    let nest = |args: &[&str], stdin: Option<&str>| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nest"))
+            .args(args)
+            .env("KUBECONFIG", &server.kubeconfig)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.unwrap_or_default().as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "nest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    // Three etcd members with TLS, two API servers on them.
+    let created = nest(
+        &["cluster", "create", "gamma", "--etcd-members", "3", "--api-servers", "2", "--wait", "--timeout", "90s"],
+        None,
+    );
+    assert!(created.contains("Provisioned, control plane ready"), "{created}");
+    let described = nest(&["cluster", "describe", "gamma"], None);
+    let etcd_line =
+        described.lines().find(|l| l.contains("NestedEtcd/gamma ")).unwrap_or_else(|| panic!("{described}"));
+    assert!(etcd_line.contains(" True ") && etcd_line.contains("3/3 Ready"), "{described}");
+    let etcd = server.json(&["get", "netcd", "gamma"]);
+    assert_eq!(etcd["status"]["healthy"], true);
+    assert_eq!(etcd["status"]["addresses"].as_array().map(Vec::len), Some(3), "{etcd}");
+    assert_eq!(status_of(&server, "nkas", "gamma", "readyReplicas"), "2");
+    for secret in ["ca", "etcd", "etcd-server", "apiserver-etcd-client", "proxy", "proxy-client", "sa", "kubeconfig"] {
+        let found = server.json(&["get", "secret", &format!("gamma-{secret}")]);
+        assert_eq!(found["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], "gamma", "gamma-{secret}");
+    }
+    tenant_ok(&server, "gamma", work.path(), &["create", "namespace", "kept"]);
+
+    // What `nest render` prints for the control plane and its Services is what the controllers applied.
+    let input = format!(
+        "{}\n---\n{}",
+        server.ok(&["get", "ncp", "gamma", "-o", "yaml"]),
+        server.ok(&["get", "services", "-l", "cluster.x-k8s.io/cluster-name=gamma", "-o", "yaml"])
+    );
+    let rendered = nest(&["render"], Some(&input));
+    let mut checked = 0;
+    for document in rendered.split("\n---\n") {
+        let wanted: Value = match serde_norway::from_str(document.trim_start_matches("---\n")) {
+            Ok(Value::Null) | Err(_) => continue,
+            Ok(value) => value,
+        };
+        let kind = wanted["kind"].as_str().unwrap().to_lowercase();
+        let live = server.json(&["get", &kind, wanted["metadata"]["name"].as_str().unwrap()]);
+        assert!(
+            nest_capn::render::covers(&live["spec"], &wanted["spec"]),
+            "live {kind} differs from `nest render`: {wanted}\n{live}"
+        );
+        checked += 1;
+    }
+    // 3 StatefulSets, the API server's and etcd's client Services, and one Service per member.
+    assert_eq!(checked, 8, "{rendered}");
+
+    // Changed by hand: put back.
+    server.ok(&[
+        "patch",
+        "statefulset",
+        "gamma-apiserver",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"example.com/other:1"}]"#,
+    ]);
+    server.ok(&["scale", "statefulset", "gamma-etcd", "--replicas=1"]);
+    eventually(30, "the StatefulSets repaired", || {
+        let api = server.json(&["get", "statefulset", "gamma-apiserver"]);
+        let etcd = server.json(&["get", "statefulset", "gamma-etcd"]);
+        api["spec"]["template"]["spec"]["containers"][0]["image"].as_str().is_some_and(|i| i.contains("nest-dev/nest"))
+            && etcd["spec"]["replicas"] == 3
+    });
+    // A change of etcd membership is refused; API server replicas roll.
+    server.ok(&[
+        "patch",
+        "ncp",
+        "gamma",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"components":{"etcd":{"replicas":5},"apiServer":{"replicas":3}}}}"#,
+    ]);
+    eventually(60, "three API servers ready", || status_of(&server, "nkas", "gamma", "readyReplicas") == "3");
+    eventually(30, "the etcd change refused", || {
+        let etcd = server.json(&["get", "netcd", "gamma"]);
+        etcd["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
+            c["type"] == "SpecAccepted"
+                && c["status"] == "False"
+                && c["message"].as_str().unwrap().contains("3 members")
+        })
+    });
+    assert_eq!(server.json(&["get", "statefulset", "gamma-etcd"])["spec"]["replicas"], 3);
+
+    // Upgrade in Kubernetes' order: with etcd held back (paused), the API servers keep their version.
+    server.ok(&["annotate", "netcd", "gamma", "cluster.x-k8s.io/paused=true"]);
+    eventually(30, "etcd paused", || {
+        let etcd = server.json(&["get", "netcd", "gamma"]);
+        etcd["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Paused" && c["status"] == "True")
+    });
+    server.ok(&["patch", "ncp", "gamma", "--type=merge", "-p", r#"{"spec":{"version":"v1.33.1"}}"#]);
+    eventually(30, "the control plane rolling out", || {
+        let plane = server.json(&["get", "ncp", "gamma"]);
+        plane["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
+            c["type"] == "RollingOut" && c["status"] == "True" && c["message"].as_str().unwrap().contains("NestedEtcd")
+        })
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(server.json(&["get", "nkas", "gamma"])["spec"]["version"], "v1.33.0", "API servers before etcd");
+    assert_eq!(server.json(&["get", "nkcm", "gamma"])["spec"]["version"], "v1.33.0");
+    server.ok(&["annotate", "netcd", "gamma", "cluster.x-k8s.io/paused-"]);
+    // From here each component is only asked for the new version once the one before runs it. (Read from the last
+    // to the first: a version a component runs does not go back, so what is seen later is at least as far along.)
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let manager = server.json(&["get", "nkcm", "gamma"]);
+        let api = server.json(&["get", "nkas", "gamma"]);
+        let etcd = server.json(&["get", "netcd", "gamma"]);
+        if api["spec"]["version"] == "v1.33.1" {
+            assert_eq!(etcd["status"]["version"], "v1.33.1", "the API servers went before etcd");
+        }
+        if manager["spec"]["version"] == "v1.33.1" {
+            assert_eq!(api["status"]["version"], "v1.33.1", "the controller-managers went before the API servers");
+        }
+        if manager["status"]["version"] == "v1.33.1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the upgrade did not finish: {api}\n{manager}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eventually(30, "gamma ready at v1.33.1", || {
+        let plane = server.json(&["get", "ncp", "gamma"]);
+        plane["status"]["ready"] == true && plane["status"]["version"] == "v1.33.1"
+    });
+    let version = tenant_ok(&server, "gamma", work.path(), &["version", "-o", "json"]);
+    assert!(version.contains("v1.33.1+nest"), "{version}");
+    tenant_ok(&server, "gamma", work.path(), &["get", "namespace", "kept"]);
+
+    // Deleting the cluster removes the etcd too.
+    nest(&["cluster", "delete", "gamma", "--wait", "--timeout", "120s"], None);
+    eventually(60, "gamma's objects gone", || {
+        ["nestedetcds", "statefulsets", "services", "secrets", "persistentvolumeclaims", "pods"].iter().all(|kind| {
+            server.ok(&["get", kind, "-l", "cluster.x-k8s.io/cluster-name=gamma", "-o", "name"]).trim().is_empty()
+        })
+    });
 }

@@ -121,10 +121,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let began = Instant::now();
         let creations = names.iter().map(|name| {
             let client = client.clone();
-            async move {
-                let version = nest_capn::bundle::DEFAULT_VERSION;
-                nest_capn::bundle::create(&client, name, "default", version, Default::default()).await
-            }
+            async move { nest_capn::bundle::create(&client, name, "default", &Default::default()).await }
         });
         for created in futures_util::future::join_all(creations).await {
             created?;

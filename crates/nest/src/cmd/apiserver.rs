@@ -36,6 +36,27 @@ pub struct Args {
     /// The cluster CA's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "ca_cert_file")]
     ca_key_file: Option<PathBuf>,
+    /// The Kubernetes version to report, a 1.33 patch version such as v1.33.2 (nest serves the 1.33 API).
+    #[arg(long, value_name = "VERSION", value_parser = kubernetes_version)]
+    kubernetes_version: Option<String>,
+    /// The CA that signed etcd's serving certificate (for `--storage etcd=https://…`).
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_certfile", "etcd_keyfile"])]
+    etcd_cafile: Option<PathBuf>,
+    /// The client certificate presented to etcd.
+    #[arg(long, value_name = "FILE", requires = "etcd_cafile")]
+    etcd_certfile: Option<PathBuf>,
+    /// The client certificate's key.
+    #[arg(long, value_name = "FILE", requires = "etcd_cafile")]
+    etcd_keyfile: Option<PathBuf>,
+}
+
+fn kubernetes_version(text: &str) -> Result<String, String> {
+    let patch = text.strip_prefix("v1.33.").ok_or("nest serves the Kubernetes 1.33 API: give v1.33.<patch>")?;
+    let digits = patch.split(['-', '+']).next().unwrap_or_default();
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!("{text:?} is not a version such as v1.33.2"));
+    }
+    Ok(text.to_string())
 }
 
 async fn open_store(args: &Args) -> anyhow::Result<Arc<dyn Store>> {
@@ -54,19 +75,27 @@ async fn open_backend(args: &Args) -> anyhow::Result<Arc<dyn Store>> {
     }
     if let Some(urls) = args.storage.strip_prefix("etcd=") {
         let urls: Vec<String> = urls.split(',').map(str::to_string).collect();
-        return open_etcd(urls).await;
+        return open_etcd(urls, args).await;
     }
     anyhow::bail!("--storage must be `embedded` or `etcd=URL[,URL…]`, not {:?}", args.storage)
 }
 
 #[cfg(feature = "etcd")]
-async fn open_etcd(urls: Vec<String>) -> anyhow::Result<Arc<dyn Store>> {
-    let store = nest_storage::etcd::EtcdStore::connect(&urls, Default::default()).await?;
+async fn open_etcd(urls: Vec<String>, args: &Args) -> anyhow::Result<Arc<dyn Store>> {
+    let read = |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
+    let tls = match (&args.etcd_cafile, &args.etcd_certfile, &args.etcd_keyfile) {
+        (Some(ca), Some(cert), Some(key)) => {
+            Some(nest_storage::etcd::Tls { ca: read(ca)?, cert: read(cert)?, key: read(key)? })
+        }
+        _ => None,
+    };
+    let config = nest_storage::etcd::Config { tls, ..Default::default() };
+    let store = nest_storage::etcd::EtcdStore::connect(&urls, config).await?;
     Ok(Arc::new(store))
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn open_etcd(_: Vec<String>) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_etcd(_: Vec<String>, _: &Args) -> anyhow::Result<Arc<dyn Store>> {
     anyhow::bail!("this nest was built without the `etcd` feature; rebuild with `--features etcd`")
 }
 
@@ -80,6 +109,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         extra_sans: args.tls_sans.clone(),
         service_cidr: args.service_cidr,
         ca_files: args.ca_cert_file.clone().zip(args.ca_key_file.clone()),
+        kubernetes_version: args.kubernetes_version.clone(),
     };
     let ready = |serving: &nest_apiserver::Serving| {
         eprintln!(

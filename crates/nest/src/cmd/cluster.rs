@@ -8,7 +8,8 @@ use anyhow::Context;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use nest_capn::api::{
-    Cluster, Flavor, NestedAPIServer, NestedCluster, NestedComponentStatus, NestedControlPlane, NestedControllerManager,
+    Cluster, Flavor, NestedAPIServer, NestedCluster, NestedComponentStatus, NestedControlPlane,
+    NestedControllerManager, NestedEtcd,
 };
 use serde_json::Value;
 
@@ -35,6 +36,13 @@ enum Command {
         /// `nest` or `kubernetes`.
         #[arg(long, default_value = "nest", value_parser = parse_flavor)]
         flavor: Flavor,
+        /// Run an etcd of this many members (1, 3 or 5) for the control plane's data; without it, a `nest` API
+        /// server keeps its data itself.
+        #[arg(long, value_name = "N", value_parser = clap::builder::PossibleValuesParser::new(["1", "3", "5"]))]
+        etcd_members: Option<String>,
+        /// How many API servers run (more than one needs --etcd-members).
+        #[arg(long, value_name = "N", requires = "etcd_members")]
+        api_servers: Option<i32>,
         /// Wait until the cluster is ready, showing progress.
         #[arg(long)]
         wait: bool,
@@ -82,8 +90,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (client, _) = nest_controllers::connect(&path).await?;
     let namespace = args.namespace.as_str();
     match args.command {
-        Command::Create { name, version, flavor, wait, timeout } => {
-            nest_capn::bundle::create(&client, &name, namespace, &version, flavor)
+        Command::Create { name, version, flavor, etcd_members, api_servers, wait, timeout } => {
+            let etcd_members = etcd_members.map(|n| n.parse().expect("one of 1, 3, 5"));
+            let shape = nest_capn::bundle::Shape { version, flavor, etcd_members, api_servers };
+            nest_capn::bundle::create(&client, &name, namespace, &shape)
                 .await
                 .context("creating the cluster (is `nest manager` running, with its CRDs installed?)")?;
             println!("cluster {namespace}/{name} created");
@@ -272,6 +282,17 @@ async fn describe(client: &Client, namespace: &str, name: &str) -> anyhow::Resul
         ready.map(|c| c.message.as_str()).unwrap_or(""),
     );
     let Some(plane) = plane else { return Ok(()) };
+    if nest_capn::plan::Plan::of(&plane, Some(&cluster)).with_etcd {
+        let component = plane.spec.etcd.as_ref().and_then(|r| r.name.clone()).unwrap_or_else(|| plane.name_any());
+        let etcd = Api::<NestedEtcd>::namespaced(client.clone(), namespace).get_opt(&component).await?;
+        component_row(
+            "   ├─ ",
+            "NestedEtcd",
+            &component,
+            etcd.as_ref().and_then(|c| c.status.as_ref()),
+            etcd.as_ref().and_then(|c| c.metadata.creation_timestamp.as_ref()),
+        );
+    }
     let component = plane.spec.api_server.as_ref().and_then(|r| r.name.clone()).unwrap_or_else(|| plane.name_any());
     let api_server = Api::<NestedAPIServer>::namespaced(client.clone(), namespace).get_opt(&component).await?;
     component_row(

@@ -2,12 +2,15 @@
 
 pub mod apiserver;
 pub mod cluster;
+pub mod clusterctl;
 pub mod controller_manager;
 pub mod crds;
 pub mod debug;
+pub mod etcd_member;
 pub mod manager;
 pub mod node;
 pub mod proxy;
+pub mod render;
 pub mod scheduler;
 pub mod up;
 

@@ -27,14 +27,7 @@ pub struct Args {
 /// created only once (a deleted demo stays deleted).
 async fn create_demo(client: kube::Client, marker: PathBuf) {
     for _ in 0..120 {
-        let result = nest_capn::bundle::create(
-            &client,
-            "demo",
-            "default",
-            nest_capn::bundle::DEFAULT_VERSION,
-            Default::default(),
-        )
-        .await;
+        let result = nest_capn::bundle::create(&client, "demo", "default", &Default::default()).await;
         match result {
             Ok(()) => {
                 let _ = std::fs::write(&marker, "the demo cluster was created\n");
@@ -60,6 +53,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         // Inside loopback, so that a proxy on this machine can serve every ClusterIP.
         service_cidr: "127.96.0.0/16".parse().expect("a valid range"),
         ca_files: None,
+        kubernetes_version: None,
     };
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
@@ -89,7 +83,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
     tokio::spawn(nest_scheduler::run(client.clone()));
     tokio::spawn(nest_node::proxy::run(client.clone()));
-    tokio::spawn(super::manager::manage(client.clone()));
+    tokio::spawn(super::manager::manage(client.clone(), Default::default(), nest_capn::controllers::Set::ALL, true));
     let marker = args.data_dir.join("demo-created");
     let demo = !args.no_demo && !marker.exists();
     if demo {
