@@ -1,7 +1,7 @@
 //! `nest`: nested Kubernetes control planes. One binary; each subcommand is one component or tool.
 //!
 //! Today: `nest up` (a whole cluster in one process), `nest apiserver`, `nest controller-manager`, `nest scheduler`,
-//! `nest node`, `nest proxy`, `nest manager`, `nest cluster`, `nest render`, `nest clusterctl`, `nest crds`, `nest etcd-member`,
+//! `nest node`, `nest proxy`, `nest manager`, `nest syncer`, `nest cluster`, `nest render`, `nest clusterctl`, `nest crds`, `nest etcd-member`,
 //! `nest bench` and `nest debug` (small programs for pods). See `docs/ARCHITECTURE.md` for where each part lives.
 
 mod bench;
@@ -40,6 +40,8 @@ enum Command {
     Cluster(cmd::cluster::Args),
     /// The Cluster API provider's controllers: nested control planes and their components.
     Manager(cmd::manager::Args),
+    /// Copies every tenant's workloads into the management cluster, and their status back.
+    Syncer(cmd::syncer::Args),
     /// Prints the manifests the controllers would apply for the NestedControlPlanes (and Clusters, components and
     /// Services) read as YAML on stdin, without any API server.
     Render(cmd::render::Args),
@@ -79,6 +81,7 @@ fn main() -> anyhow::Result<()> {
         Command::Clusterctl(args) => cmd::clusterctl::run(args),
         Command::EtcdMember(args) => cmd::etcd_member::run(args),
         Command::Manager(args) => runtime.block_on(cmd::manager::run(args)),
+        Command::Syncer(args) => runtime.block_on(cmd::syncer::run(args)),
         Command::Cluster(args) => runtime.block_on(cmd::cluster::run(args)),
     }
 }

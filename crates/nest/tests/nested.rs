@@ -5,81 +5,11 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Component, ControllerManager, KUBECTL, Server, eventually};
+use common::management::{control_plane, management, ready_condition, tenant, tenant_ok};
+use common::{Server, eventually};
 use serde_json::Value;
-
-/// A management cluster: API server (ClusterIPs in `service_cidr`), controller-manager, scheduler, proxy, manager,
-/// and a node running nest's image as processes with pods in `pod_cidr`.
-fn management(service_cidr: &str, pod_cidr: &str, node_dir: &Path) -> (Server, Vec<Component>) {
-    let server = Server::start_with(&["--service-cidr", service_cidr]);
-    let ca_dir = server.data_dir().join("pki").display().to_string();
-    let node_dir = node_dir.display().to_string();
-    let components = vec![
-        ControllerManager::start(&server, "cm", 15),
-        Component::run(&server, &["scheduler"]),
-        Component::run(&server, &["proxy"]),
-        Component::run(&server, &["manager"]),
-        Component::run(
-            &server,
-            &[
-                "node",
-                "--name",
-                "host",
-                "--runtime",
-                "both",
-                "--pod-cidr",
-                pod_cidr,
-                "--data-dir",
-                &node_dir,
-                "--ca-dir",
-                &ca_dir,
-                "--kubelet-port",
-                "0",
-            ],
-        ),
-    ];
-    (server, components)
-}
-
-fn control_plane(name: &str) -> String {
-    format!(
-        "apiVersion: controlplane.cluster.x-k8s.io/v1alpha1\nkind: NestedControlPlane\n\
-         metadata: {{name: {name}, namespace: default, labels: {{cluster.x-k8s.io/cluster-name: {name}}}}}\n\
-         spec: {{version: v1.33.0}}\n"
-    )
-}
-
-fn ready_condition(server: &Server, name: &str) -> (String, String) {
-    let plane = server.json(&["get", "nestedcontrolplane", name]);
-    let ready = plane["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready").cloned();
-    let ready = ready.unwrap_or(Value::Null);
-    (ready["status"].as_str().unwrap_or("").to_string(), ready["reason"].as_str().unwrap_or("").to_string())
-}
-
-/// kubectl against tenant `name`, with the kubeconfig from its Secret.
-fn tenant(server: &Server, name: &str, dir: &Path, args: &[&str]) -> std::process::Output {
-    let path = dir.join(format!("{name}.kubeconfig"));
-    if !path.exists() {
-        let value = server.ok(&["get", "secret", &format!("{name}-kubeconfig"), "-o", "jsonpath={.data.value}"]);
-        let bytes: k8s_openapi::ByteString = serde_json::from_value(Value::String(value)).unwrap();
-        std::fs::write(&path, bytes.0).unwrap();
-    }
-    std::process::Command::new(KUBECTL)
-        .args(args)
-        .env("KUBECONFIG", &path)
-        .env("KUBECACHEDIR", dir.join("cache"))
-        .output()
-        .unwrap()
-}
-
-fn tenant_ok(server: &Server, name: &str, dir: &Path, args: &[&str]) -> String {
-    let out = tenant(server, name, dir, args);
-    assert!(out.status.success(), "tenant {name}: kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
 
 /// The pids of processes whose command line contains `needle`.
 fn pids_with(needle: &str) -> Vec<i32> {

@@ -118,6 +118,14 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
         "{script}\n{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The demo tenant runs workloads out of the box: its pods run on nest up's node through the syncer.
+    let demo_kubeconfig = cache.path().join("demo.kubeconfig");
+    let in_demo = |args: &[&str]| kubectl(&demo_kubeconfig, cache.path(), args);
+    assert!(in_demo(&["create", "deployment", "hello", "--image=nginx", "--replicas=2"]).status.success());
+    eventually(60, "demo's pods Running on nest-node-0", || {
+        let out = in_demo(&["get", "pods", "-o", "jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}"]);
+        String::from_utf8_lossy(&out.stdout).trim() == "Running/nest-node-0 Running/nest-node-0"
+    });
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
     assert_eq!(processes_with(&marker), 0, "nest up left a process behind");
 

@@ -12,6 +12,7 @@ pub mod node;
 pub mod proxy;
 pub mod render;
 pub mod scheduler;
+pub mod syncer;
 pub mod up;
 
 /// Completes on SIGTERM or Ctrl-C.

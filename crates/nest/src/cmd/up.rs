@@ -84,6 +84,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(nest_scheduler::run(client.clone()));
     tokio::spawn(nest_node::proxy::run(client.clone()));
     tokio::spawn(super::manager::manage(client.clone(), Default::default(), nest_capn::controllers::Set::ALL, true));
+    tokio::spawn(nest_syncer::run(client.clone(), Default::default()));
     let marker = args.data_dir.join("demo-created");
     let demo = !args.no_demo && !marker.exists();
     if demo {
@@ -97,7 +98,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     node.kubelet = Some((nest_node::kubelet::Tls { cert, key, client_ca }, 0));
     let node = tokio::spawn(nest_node::run(client, node, until_stopped(stopped.clone())));
     println!(
-        "nest is up: API server at https://{address}; controllers, scheduler, node nest-node-0 and the service proxy running."
+        "nest is up: API server at https://{address}; controllers, scheduler, node nest-node-0, the service proxy and the syncer running."
     );
     println!();
     println!("  export KUBECONFIG={}", kubeconfig.display());

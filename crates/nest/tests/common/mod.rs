@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod management;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,283 @@
+//! The kinds the syncer copies down, each an entry of one registry: its resource, how a tenant object becomes its
+//! super object, which fields are its content (compared to find drift), and whether its status flows back up.
+//! Built-in kinds are entries like any other, so more kinds (custom resources) are more entries.
+
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Map, Value, json};
+
+use crate::names::{self, TENANT_LABEL, TENANT_NAME, TENANT_NAMESPACE, TENANT_UID};
+
+/// What a transform knows of the tenant.
+pub struct Mapping<'a> {
+    /// The tenant's cluster key.
+    pub key: &'a str,
+    /// The tenant namespace of the object, and its super namespace.
+    pub namespace: &'a str,
+    pub super_namespace: String,
+    /// Where the tenant's API server is reached from the super cluster's pods.
+    pub api_server: (&'a str, i32),
+}
+
+/// One synced kind.
+pub struct Kind {
+    /// The plural resource name (`pods`).
+    pub name: &'static str,
+    pub resource: ApiResource,
+    /// The super object for a tenant object, or `None` when the object is not synced.
+    pub down: fn(&Value, &Mapping) -> Option<Value>,
+    /// The top-level fields that are the object's content: a super object whose content differs has drifted.
+    pub content: &'static [&'static str],
+    /// Whether the super object's status is copied to the tenant object.
+    pub status_up: bool,
+}
+
+fn resource(group: &str, version: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+/// The built-in kinds, in the order they are created (what pods use comes before pods).
+pub fn built_in() -> Vec<Kind> {
+    vec![
+        Kind {
+            name: "configmaps",
+            resource: resource("", "v1", "ConfigMap"),
+            down: |o, m| Some(with(o, m, &["data", "binaryData", "immutable"])),
+            content: &["data", "binaryData"],
+            status_up: false,
+        },
+        Kind {
+            name: "secrets",
+            resource: resource("", "v1", "Secret"),
+            down: |o, m| {
+                // Service-account tokens are the tenant's credentials; they stay there.
+                (o["type"] != "kubernetes.io/service-account-token").then(|| with(o, m, &["type", "data", "immutable"]))
+            },
+            content: &["data"],
+            status_up: false,
+        },
+        Kind {
+            name: "persistentvolumeclaims",
+            resource: resource("", "v1", "PersistentVolumeClaim"),
+            down: |o, m| {
+                let mut claim = with(o, m, &[]);
+                let spec = &o["spec"];
+                claim["spec"] = pick(spec, &["accessModes", "resources", "storageClassName", "volumeMode"]);
+                Some(claim)
+            },
+            content: &[],
+            status_up: true,
+        },
+        Kind {
+            name: "services",
+            resource: resource("", "v1", "Service"),
+            down: |o, m| {
+                let mut service = with(o, m, &[]);
+                let mut spec = pick(&o["spec"], &["selector", "type", "sessionAffinity", "publishNotReadyAddresses"]);
+                // Addresses and node ports are the super cluster's to give.
+                let ports: Vec<Value> = o["spec"]["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| pick(p, &["name", "port", "targetPort", "protocol", "appProtocol"]))
+                    .collect();
+                spec["ports"] = json!(ports);
+                if o["spec"]["clusterIP"] == "None" {
+                    spec["clusterIP"] = json!("None");
+                }
+                service["spec"] = spec;
+                Some(service)
+            },
+            content: &["spec"],
+            status_up: false,
+        },
+        Kind {
+            name: "pods",
+            resource: resource("", "v1", "Pod"),
+            down: |o, m| {
+                let mut pod = with(o, m, &[]);
+                pod["spec"] = pod_spec(&o["spec"], m);
+                Some(pod)
+            },
+            content: &[],
+            status_up: true,
+        },
+    ]
+}
+
+/// The super object's metadata with the fields `copy` of the tenant object `object`.
+fn with(object: &Value, mapping: &Mapping, copy: &[&str]) -> Value {
+    let meta = &object["metadata"];
+    let kept = |field: &str| -> Map<String, Value> {
+        meta[field]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| names::copied(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let mut labels = kept("labels");
+    labels.insert(TENANT_LABEL.into(), json!(mapping.key));
+    let mut annotations = kept("annotations");
+    annotations.insert(TENANT_NAMESPACE.into(), json!(mapping.namespace));
+    annotations.insert(TENANT_NAME.into(), meta["name"].clone());
+    annotations.insert(TENANT_UID.into(), meta["uid"].clone());
+    let mut out = json!({
+        "apiVersion": object["apiVersion"], "kind": object["kind"],
+        "metadata": {"name": meta["name"], "namespace": mapping.super_namespace, "labels": labels, "annotations": annotations},
+    });
+    for field in copy {
+        if let Some(value) = object.get(*field).filter(|v| !v.is_null()) {
+            out[*field] = value.clone();
+        }
+    }
+    out
+}
+
+fn pick(object: &Value, fields: &[&str]) -> Value {
+    let picked: Map<String, Value> = fields
+        .iter()
+        .filter_map(|f| object.get(*f).filter(|v| !v.is_null()).map(|v| (f.to_string(), v.clone())))
+        .collect();
+    Value::Object(picked)
+}
+
+/// A tenant pod's spec as it runs in the super cluster: unscheduled; without the tenant's service-account token
+/// (the super cluster cannot issue it) but with the tenant's API server as `kubernetes`; with the downward API
+/// reporting the tenant's namespace; with affinity terms kept within the tenant.
+fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
+    let mut spec = spec.clone();
+    let Some(map) = spec.as_object_mut() else { return json!({}) };
+    for field in ["nodeName", "serviceAccount", "nodeSelector"] {
+        map.remove(field);
+    }
+    map.insert("serviceAccountName".into(), json!("default"));
+    map.insert("automountServiceAccountToken".into(), json!(false));
+    // Token volumes (the tenant's `kube-api-access-*`) and their mounts go.
+    let token_volumes: Vec<String> = map
+        .get("volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| {
+            v["projected"]["sources"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s.get("serviceAccountToken").is_some()))
+        })
+        .filter_map(|v| v["name"].as_str().map(str::to_string))
+        .collect();
+    if let Some(volumes) = map.get_mut("volumes").and_then(Value::as_array_mut) {
+        volumes.retain(|v| !v["name"].as_str().is_some_and(|n| token_volumes.iter().any(|t| t == n)));
+    }
+    let (host, port) = mapping.api_server;
+    for list in ["initContainers", "containers"] {
+        for container in map.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(mounts) = container.get_mut("volumeMounts").and_then(Value::as_array_mut) {
+                mounts.retain(|m| !m["name"].as_str().is_some_and(|n| token_volumes.iter().any(|t| t == n)));
+            }
+            let mut env: Vec<Value> = container["env"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| !matches!(e["name"].as_str(), Some("KUBERNETES_SERVICE_HOST" | "KUBERNETES_SERVICE_PORT")))
+                .map(|mut e| {
+                    if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace" {
+                        e = json!({"name": e["name"], "value": mapping.namespace});
+                    }
+                    e
+                })
+                .collect();
+            env.push(json!({"name": "KUBERNETES_SERVICE_HOST", "value": host}));
+            env.push(json!({"name": "KUBERNETES_SERVICE_PORT", "value": port.to_string()}));
+            container["env"] = json!(env);
+        }
+    }
+    // Pod (anti-)affinity terms name tenant namespaces: they become the super ones; a term without namespaces means
+    // the pod's own, which stays right.
+    if let Some(affinity) = map.get_mut("affinity") {
+        for kind in ["podAffinity", "podAntiAffinity"] {
+            for rule in
+                ["requiredDuringSchedulingIgnoredDuringExecution", "preferredDuringSchedulingIgnoredDuringExecution"]
+            {
+                for term in affinity[kind][rule].as_array_mut().into_iter().flatten() {
+                    let term = if term.get("podAffinityTerm").is_some() { &mut term["podAffinityTerm"] } else { term };
+                    if let Some(namespaces) = term.get_mut("namespaces").and_then(Value::as_array_mut) {
+                        for namespace in namespaces.iter_mut() {
+                            if let Some(name) = namespace.as_str() {
+                                *namespace = json!(names::super_namespace(mapping.key, name));
+                            }
+                        }
+                    }
+                    if let Some(term) = term.as_object_mut() {
+                        // A selector of namespaces would reach other tenants' namespaces.
+                        term.remove("namespaceSelector");
+                    }
+                }
+            }
+        }
+    }
+    spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping() -> Mapping<'static> {
+        Mapping {
+            key: "default-abcde-a",
+            namespace: "web",
+            super_namespace: "default-abcde-a-web".into(),
+            api_server: ("10.0.0.9", 6443),
+        }
+    }
+
+    #[test]
+    fn a_pod_goes_down_unscheduled_with_the_tenant_api_server_and_namespace() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "web", "uid": "u1", "labels": {"app": "x", "tenancy.nest.dev/cluster": "forged"}},
+            "spec": {
+                "nodeName": "n1", "serviceAccountName": "builder",
+                "containers": [{"name": "c", "image": "nginx",
+                    "env": [{"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                    "volumeMounts": [{"name": "kube-api-access-x", "mountPath": "/var/run/secrets"}, {"name": "data", "mountPath": "/d"}]}],
+                "volumes": [{"name": "kube-api-access-x", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+                            {"name": "data", "emptyDir": {}}],
+            },
+            "status": {"phase": "Running"},
+        });
+        let kinds = built_in();
+        let pods = kinds.iter().find(|k| k.name == "pods").unwrap();
+        let down = (pods.down)(&pod, &mapping()).unwrap();
+        assert_eq!(down["metadata"]["namespace"], "default-abcde-a-web");
+        assert_eq!(
+            down["metadata"]["labels"]["tenancy.nest.dev/cluster"], "default-abcde-a",
+            "the tenant cannot forge it"
+        );
+        assert_eq!(down["metadata"]["annotations"]["tenancy.nest.dev/uid"], "u1");
+        assert!(down.get("status").is_none() && down["spec"].get("nodeName").is_none());
+        assert_eq!(down["spec"]["serviceAccountName"], "default");
+        let container = &down["spec"]["containers"][0];
+        assert_eq!(container["volumeMounts"].as_array().unwrap().len(), 1);
+        assert_eq!(down["spec"]["volumes"].as_array().unwrap().len(), 1);
+        let env = container["env"].as_array().unwrap();
+        assert!(env.contains(&json!({"name": "NS", "value": "web"})), "{env:?}");
+        assert!(env.contains(&json!({"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.9"})), "{env:?}");
+    }
+
+    #[test]
+    fn services_lose_their_addresses_and_token_secrets_stay() {
+        let kinds = built_in();
+        let services = kinds.iter().find(|k| k.name == "services").unwrap();
+        let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "uid": "u"},
+            "spec": {"clusterIP": "10.96.0.5", "clusterIPs": ["10.96.0.5"], "selector": {"app": "x"},
+                     "ports": [{"port": 80, "nodePort": 30001, "targetPort": 8080}]}});
+        let down = (services.down)(&service, &mapping()).unwrap();
+        assert_eq!(down["spec"], json!({"selector": {"app": "x"}, "ports": [{"port": 80, "targetPort": 8080}]}));
+        let secrets = kinds.iter().find(|k| k.name == "secrets").unwrap();
+        let token = json!({"metadata": {"name": "t"}, "type": "kubernetes.io/service-account-token"});
+        assert!((secrets.down)(&token, &mapping()).is_none());
+    }
+}

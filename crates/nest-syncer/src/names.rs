@@ -1,0 +1,86 @@
+//! How tenant objects are named and marked in the super cluster.
+//!
+//! A tenant is known by its *cluster key*: the Cluster's namespace and name with a short hash of its UID between
+//! them, so that a Cluster deleted and created again under the same name is another tenant. A tenant namespace `ns`
+//! becomes the super namespace `<key>-<ns>`; names longer than a DNS label allows are cut and end in a hash of the
+//! whole, so two tenants never collide. Every super object carries the labels and annotations below.
+
+/// Label on every super object: the tenant's cluster key.
+pub const TENANT_LABEL: &str = "tenancy.nest.dev/cluster";
+/// Annotation: the tenant namespace the object came from.
+pub const TENANT_NAMESPACE: &str = "tenancy.nest.dev/namespace";
+/// Annotation: the tenant object's name.
+pub const TENANT_NAME: &str = "tenancy.nest.dev/name";
+/// Annotation: the tenant object's UID; the syncer changes or deletes a super object only when it matches.
+pub const TENANT_UID: &str = "tenancy.nest.dev/uid";
+/// Annotation on a tenant Service: the ClusterIP of its super Service.
+pub const SUPER_CLUSTER_IP: &str = "tenancy.nest.dev/super-cluster-ip";
+/// Label on tenant nodes the syncer made.
+pub const VIRTUAL_NODE_LABEL: &str = "tenancy.nest.dev/virtual-node";
+
+/// Metadata prefixes that are not copied down: the super cluster's own, and the syncer's.
+pub const RESERVED_PREFIXES: &[&str] = &["tenancy.nest.dev/", "kubectl.kubernetes.io/last-applied-configuration"];
+
+/// The longest DNS label.
+const LABEL_MAX: usize = 63;
+
+/// FNV-1a, 64 bits: stable across builds and machines.
+pub fn hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+}
+
+/// `hash` in base 36, `len` characters.
+pub fn short_hash(text: &str, len: usize) -> String {
+    let mut n = hash(text);
+    let mut out = String::new();
+    for _ in 0..len {
+        let digit = (n % 36) as u32;
+        out.push(char::from_digit(digit, 36).expect("a base-36 digit"));
+        n /= 36;
+    }
+    out
+}
+
+/// `name` as a DNS label: itself when short enough, else cut and ended with a hash of the whole.
+pub fn label_safe(name: &str) -> String {
+    if name.len() <= LABEL_MAX {
+        return name.to_string();
+    }
+    let suffix = short_hash(name, 8);
+    let keep = name[..LABEL_MAX - suffix.len() - 1].trim_end_matches('-');
+    format!("{keep}-{suffix}")
+}
+
+/// The key of the tenant Cluster `namespace/name` with UID `uid`.
+pub fn cluster_key(namespace: &str, name: &str, uid: &str) -> String {
+    label_safe(&format!("{namespace}-{}-{name}", short_hash(uid, 5)))
+}
+
+/// The super namespace of tenant namespace `namespace`.
+pub fn super_namespace(key: &str, namespace: &str) -> String {
+    label_safe(&format!("{key}-{namespace}"))
+}
+
+/// Whether a metadata key is copied between tenant and super objects.
+pub fn copied(key: &str) -> bool {
+    !RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_never_collide_and_stay_labels() {
+        let a = cluster_key("default", "a", "uid-1");
+        let a_again = cluster_key("default", "a", "uid-2");
+        assert_ne!(a, a_again, "a Cluster made again is another tenant");
+        assert_eq!(super_namespace(&a, "web"), format!("{a}-web"));
+        let long = "x".repeat(70);
+        let one = super_namespace(&a, &long);
+        let other = super_namespace(&a, &format!("{long}y"));
+        assert!(one.len() <= 63 && other.len() <= 63);
+        assert_ne!(one, other);
+        assert!(!copied("tenancy.nest.dev/uid") && copied("app"));
+    }
+}

@@ -1,0 +1,373 @@
+//! The reconcile of one tenant object, both ways.
+//!
+//! Downward: the super object is made to be what the tenant object says ([`crate::kinds`]): created when missing,
+//! put back when its content or labels drifted, deleted when the tenant object is gone. A super object is changed or
+//! deleted only when its tenant UID annotation is the tenant object's (or, when deleting, when it is labelled for
+//! this tenant and names this object): the syncer never touches what it does not own.
+//!
+//! Upward: a super pod's status, and the node it runs on (the tenant pod is bound to a virtual node of that name),
+//! a super Service's ClusterIP (annotation), a claim's status. A tenant pod being deleted is deleted in the super
+//! cluster first; once the super pod is gone the tenant pod is removed, as a kubelet would.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Value, json};
+
+use crate::kinds::Mapping;
+use crate::names::{self, SUPER_CLUSTER_IP, TENANT_LABEL, TENANT_NAME, TENANT_NAMESPACE, TENANT_UID};
+use crate::tenants::Tenant;
+use crate::{Item, Syncer};
+
+/// What a reconcile did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Done {
+    /// Requests that changed the super cluster, and the tenant.
+    pub down: usize,
+    pub up: usize,
+}
+
+/// A worker: takes items in turn and reconciles them.
+pub async fn work(syncer: Arc<Syncer>) {
+    loop {
+        let (key, item, waited) = syncer.queue.next().await;
+        syncer.metrics.waited(&key, waited);
+        if let Some(tenant) = syncer.tenant(&key) {
+            if tenant.ready.load(std::sync::atomic::Ordering::SeqCst) {
+                let began = Instant::now();
+                let kind = match &item {
+                    Item::Object { kind, .. } => syncer.kinds[*kind].name,
+                    Item::Namespace(_) => "namespaces",
+                };
+                match reconcile(&syncer, &tenant, &item).await {
+                    Ok(done) => syncer.metrics.reconciled(kind, &done, began.elapsed()),
+                    Err(error) => {
+                        syncer.metrics.failed(kind);
+                        retry(&syncer, &key, item.clone(), &error);
+                    }
+                }
+            } else {
+                // The tenant's caches are still filling: look again shortly.
+                later(&syncer, &key, item.clone(), std::time::Duration::from_millis(200));
+            }
+        }
+        syncer.queue.done(&key, &item);
+    }
+}
+
+fn later(syncer: &Arc<Syncer>, key: &str, item: Item, delay: std::time::Duration) {
+    let (syncer, key) = (syncer.clone(), key.to_string());
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        syncer.queue.add(&key, item);
+    });
+}
+
+/// Failures to reach a server are retried after a second; a refusal (4xx) is not retried (the next change or the
+/// patrol brings the object back), since retrying cannot make it pass.
+fn retry(syncer: &Arc<Syncer>, key: &str, item: Item, error: &kube::Error) {
+    match error {
+        kube::Error::Api(status) if (400..500).contains(&status.code) && status.code != 409 && status.code != 429 => {
+            tracing::info!(tenant = %key, ?item, %error, "refused; not retried");
+        }
+        _ => {
+            tracing::debug!(tenant = %key, ?item, %error, "retrying");
+            later(syncer, key, item, std::time::Duration::from_secs(1));
+        }
+    }
+}
+
+/// The tenant item a super object stands for, from its annotations.
+pub fn tenant_item(kind: usize, object: &DynamicObject) -> Option<Item> {
+    let annotations = object.annotations();
+    Some(Item::Object {
+        kind,
+        namespace: annotations.get(TENANT_NAMESPACE)?.clone(),
+        name: annotations.get(TENANT_NAME)?.clone(),
+    })
+}
+
+/// Queues the tenant object a changed super object stands for.
+pub fn enqueue_super(syncer: &Syncer, kind: usize, object: &DynamicObject) {
+    let Some(key) = object.labels().get(TENANT_LABEL) else { return };
+    if let Some(item) = tenant_item(kind, object) {
+        syncer.queue.add(key, item);
+    }
+}
+
+fn super_api(syncer: &Syncer, kind: usize, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(syncer.super_client.clone(), namespace, &syncer.kinds[kind].resource)
+}
+
+fn tenant_api(tenant: &Tenant, syncer: &Syncer, kind: usize, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(tenant.client.clone(), namespace, &syncer.kinds[kind].resource)
+}
+
+async fn reconcile(syncer: &Syncer, tenant: &Tenant, item: &Item) -> kube::Result<Done> {
+    match item {
+        Item::Namespace(name) => reconcile_namespace(syncer, tenant, name).await,
+        Item::Object { kind, namespace, name } => reconcile_object(syncer, tenant, *kind, namespace, name).await,
+    }
+}
+
+/// A tenant namespace: its super namespace exists while it does (and goes, with everything in it, when it goes).
+async fn reconcile_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube::Result<Done> {
+    let live = tenant.namespaces.get(&ObjectRef::new(name)).filter(|n| n.metadata.deletion_timestamp.is_none());
+    let super_name = names::super_namespace(&tenant.key, name);
+    let existing = syncer.super_namespaces.get(&ObjectRef::new(&super_name));
+    let ours = existing.as_ref().is_some_and(|n| n.labels().get(TENANT_LABEL) == Some(&tenant.key));
+    match (live, existing) {
+        (Some(_), None) => {
+            ensure_namespace(syncer, tenant, name).await?;
+            Ok(Done { down: 1, up: 0 })
+        }
+        (None, Some(existing)) if ours && existing.metadata.deletion_timestamp.is_none() => {
+            let api: Api<Namespace> = Api::all(syncer.super_client.clone());
+            ignore_gone(api.delete(&super_name, &DeleteParams::default()).await)?;
+            Ok(Done { down: 1, up: 0 })
+        }
+        _ => Ok(Done::default()),
+    }
+}
+
+async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube::Result<()> {
+    let super_name = names::super_namespace(&tenant.key, name);
+    if syncer.super_namespaces.get(&ObjectRef::new(&super_name)).is_some() {
+        return Ok(());
+    }
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(super_name),
+            labels: Some([(TENANT_LABEL.to_string(), tenant.key.clone())].into()),
+            annotations: Some(
+                [
+                    (TENANT_NAMESPACE.to_string(), name.to_string()),
+                    ("tenancy.nest.dev/cluster-name".to_string(), format!("{}/{}", tenant.namespace, tenant.cluster)),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<Namespace> = Api::all(syncer.super_client.clone());
+    match api.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+fn ignore_gone<T>(result: kube::Result<T>) -> kube::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+async fn reconcile_object(
+    syncer: &Syncer,
+    tenant: &Tenant,
+    kind: usize,
+    namespace: &str,
+    name: &str,
+) -> kube::Result<Done> {
+    let spec = &syncer.kinds[kind];
+    let reference = ObjectRef::new_with(name, spec.resource.clone()).within(namespace);
+    let tenant_object = tenant.objects[kind].get(&reference);
+    let super_namespace = names::super_namespace(&tenant.key, namespace);
+    let super_reference = ObjectRef::new_with(name, spec.resource.clone()).within(&super_namespace);
+    let super_object = syncer.super_objects[kind].get(&super_reference);
+    let tenant_value = tenant_object
+        .as_ref()
+        .map(|o| serde_json::to_value(o.as_ref()))
+        .transpose()
+        .map_err(kube::Error::SerdeError)?;
+    let super_value =
+        super_object.as_ref().map(|o| serde_json::to_value(o.as_ref())).transpose().map_err(kube::Error::SerdeError)?;
+    let owned_by = |value: &Value, uid: &Value| value["metadata"]["annotations"][TENANT_UID] == *uid;
+    let ours = super_value.as_ref().is_some_and(|s| {
+        s["metadata"]["labels"][TENANT_LABEL] == tenant.key.as_str()
+            && s["metadata"]["annotations"][TENANT_NAME] == name
+            && s["metadata"]["annotations"][TENANT_NAMESPACE] == namespace
+    });
+    let mapping = Mapping {
+        key: &tenant.key,
+        namespace,
+        super_namespace: super_namespace.clone(),
+        api_server: (&tenant.api_server.0, tenant.api_server.1),
+    };
+    let wanted = tenant_value
+        .as_ref()
+        .filter(|t| t["metadata"]["deletionTimestamp"].is_null())
+        .and_then(|t| (spec.down)(t, &mapping));
+    let mut done = Done::default();
+    let super_api = super_api(syncer, kind, &super_namespace);
+
+    let Some(wanted) = wanted else {
+        // Gone (or going) in the tenant: the super object goes; a tenant pod goes once its super pod has.
+        if let Some(existing) = &super_value
+            && ours
+            && existing["metadata"]["deletionTimestamp"].is_null()
+        {
+            let grace = tenant_value.as_ref().and_then(|t| t["metadata"]["deletionGracePeriodSeconds"].as_u64());
+            let params = DeleteParams { grace_period_seconds: grace.map(|g| g as u32), ..Default::default() };
+            ignore_gone(super_api.delete(name, &params).await)?;
+            done.down += 1;
+        }
+        if let Some(tenant_value) = &tenant_value
+            && !tenant_value["metadata"]["deletionTimestamp"].is_null()
+            && spec.name == "pods"
+            && (super_value.is_none() || !ours)
+        {
+            let api = tenant_api(tenant, syncer, kind, namespace);
+            ignore_gone(api.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await)?;
+            done.up += 1;
+        }
+        return Ok(done);
+    };
+    let tenant_value = tenant_value.expect("a wanted object has a tenant object");
+    let uid = tenant_value["metadata"]["uid"].clone();
+
+    let Some(existing) = super_value else {
+        ensure_namespace(syncer, tenant, namespace).await?;
+        let object: DynamicObject = serde_json::from_value(wanted).map_err(kube::Error::SerdeError)?;
+        match super_api.create(&PostParams::default(), &object).await {
+            Ok(_) => done.down += 1,
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => return Err(error),
+        }
+        return Ok(done);
+    };
+    if !owned_by(&existing, &uid) {
+        if ours {
+            // Made for an earlier tenant object of the same name: it goes, and the next round makes the new one.
+            ignore_gone(super_api.delete(name, &DeleteParams::default()).await)?;
+            done.down += 1;
+        } else {
+            tracing::warn!(tenant = %tenant.key, %namespace, %name, kind = spec.name, "a super object not made for this tenant object is in the way");
+        }
+        return Ok(done);
+    }
+    if !existing["metadata"]["deletionTimestamp"].is_null() {
+        return Ok(done);
+    }
+
+    // Drift: content and labels as the tenant says.
+    let mut patch = serde_json::Map::new();
+    for field in spec.content {
+        let (want, have) = (&wanted[*field], &existing[*field]);
+        // A spec is compared field by field (the server adds defaults); data must be exactly the tenant's.
+        let same = if *field == "spec" { nest_capn::render::covers(have, want) } else { want == have };
+        if !same {
+            patch.insert(field.to_string(), want.clone());
+        }
+    }
+    if wanted["metadata"]["labels"] != existing["metadata"]["labels"] {
+        let mut labels = wanted["metadata"]["labels"].clone();
+        // Labels added by hand in the super cluster are removed.
+        for key in existing["metadata"]["labels"].as_object().into_iter().flatten().map(|(k, _)| k) {
+            if labels.get(key).is_none() {
+                labels[key] = Value::Null;
+            }
+        }
+        patch.insert("metadata".into(), json!({"labels": labels}));
+    }
+    if !patch.is_empty() {
+        super_api.patch(name, &PatchParams::default(), &Patch::Merge(&Value::Object(patch))).await?;
+        done.down += 1;
+    }
+    if spec.name == "pods" {
+        // A pod's spec is mostly immutable: its images are what can be put back.
+        let operations: Vec<Value> = wanted["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(i, c)| {
+                existing["spec"]["containers"][*i]["name"] == c["name"]
+                    && existing["spec"]["containers"][*i]["image"] != c["image"]
+            })
+            .map(|(i, c)| json!({"op": "replace", "path": format!("/spec/containers/{i}/image"), "value": c["image"]}))
+            .collect();
+        if !operations.is_empty() {
+            let request = http::Request::patch(format!("/api/v1/namespaces/{super_namespace}/pods/{name}"))
+                .header("content-type", "application/json-patch+json")
+                .body(serde_json::to_vec(&operations).map_err(kube::Error::SerdeError)?)
+                .expect("a request");
+            syncer.super_client.request::<Value>(request).await?;
+            done.down += 1;
+        }
+    }
+
+    // Upward.
+    done.up += upward(syncer, tenant, kind, namespace, name, &tenant_value, &existing).await?;
+    Ok(done)
+}
+
+/// Copies what the super cluster decided back to the tenant object.
+async fn upward(
+    syncer: &Syncer,
+    tenant: &Tenant,
+    kind: usize,
+    namespace: &str,
+    name: &str,
+    tenant_value: &Value,
+    super_value: &Value,
+) -> kube::Result<usize> {
+    let spec = &syncer.kinds[kind];
+    let api = tenant_api(tenant, syncer, kind, namespace);
+    let mut changes = 0;
+    if spec.name == "services" {
+        let address = &super_value["spec"]["clusterIP"];
+        if !address.is_null() && tenant_value["metadata"]["annotations"][SUPER_CLUSTER_IP] != *address {
+            let patch = json!({"metadata": {"annotations": {SUPER_CLUSTER_IP: address}}});
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            changes += 1;
+        }
+    }
+    if spec.name == "pods" {
+        let node = super_value["spec"]["nodeName"].as_str().unwrap_or_default();
+        if !node.is_empty() && tenant_value["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+            crate::nodes::ensure_virtual_node(syncer, tenant, node).await?;
+            let binding = json!({
+                "apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            });
+            let request = http_post(
+                &format!("/api/v1/namespaces/{namespace}/pods/{name}/binding"),
+                serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?,
+            );
+            match tenant.client.request::<Value>(request).await {
+                Ok(_) => changes += 1,
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    if spec.status_up {
+        let mut status = super_value["status"].clone();
+        if spec.name == "pods" {
+            // The super pod's host is the super node: the virtual node has its address, so hostIP stays right.
+            if let Some(map) = status.as_object_mut() {
+                map.remove("nominatedNodeName");
+            }
+        }
+        if !status.is_null() && !nest_capn::render::covers(&tenant_value["status"], &status) {
+            let patch = json!({"status": status});
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            changes += 1;
+        }
+    }
+    Ok(changes)
+}
+
+fn http_post(path: &str, body: Vec<u8>) -> http::Request<Vec<u8>> {
+    http::Request::post(path).header("content-type", "application/json").body(body).expect("a request")
+}

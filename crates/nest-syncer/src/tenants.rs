@@ -1,0 +1,313 @@
+//! Tenants: found among the management cluster's NestedControlPlanes, started once their control plane is ready
+//! (through the `<cluster>-kubeconfig` Secret), kept while they exist — also while their API server is down, when
+//! they are marked unhealthy and their watches retry — and cleaned up when they are deleted: every super namespace
+//! labelled with the tenant's key goes, with everything in it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use nest_capn::api::{CLUSTER_NAME_LABEL, Cluster, NestedControlPlane};
+use tokio::task::JoinHandle;
+
+use crate::names::{self, TENANT_LABEL};
+use crate::{Item, Syncer};
+
+/// One tenant being synced.
+pub struct Tenant {
+    /// The cluster key (see [`names::cluster_key`]).
+    pub key: String,
+    /// The Cluster's namespace and name in the super cluster.
+    pub namespace: String,
+    pub cluster: String,
+    pub client: Client,
+    /// Where the tenant's API server is reached from the super cluster's pods.
+    pub api_server: (String, i32),
+    /// The tenant's objects, one store per synced kind.
+    pub objects: Vec<Store<DynamicObject>>,
+    pub namespaces: Store<Namespace>,
+    /// Whether every store has been filled once (before that, nothing is deleted on the tenant's behalf).
+    pub ready: AtomicBool,
+    /// Whether the tenant's API server answered the last check.
+    pub healthy: AtomicBool,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Tenant {
+    fn drop(&mut self) {
+        for task in self.tasks.lock().expect("the tasks lock").drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// A control plane found in the super cluster.
+struct Found {
+    key: String,
+    namespace: String,
+    cluster: String,
+    /// Ready, with an endpoint.
+    endpoint: Option<(String, i32)>,
+    gone: bool,
+}
+
+/// Looks at the control planes every two seconds: starts tenants that became ready, removes those deleted.
+pub async fn discover(syncer: Arc<Syncer>) {
+    let planes: Api<NestedControlPlane> = Api::all(syncer.super_client.clone());
+    let clusters: Api<Cluster> = Api::all(syncer.super_client.clone());
+    let mut swept = false;
+    loop {
+        match look(&planes, &clusters).await {
+            Ok(found) => {
+                reconcile(&syncer, &found).await;
+                if !swept {
+                    // Super namespaces of tenants that no longer exist at all (deleted while the syncer was away).
+                    let known: BTreeSet<&str> = found.iter().filter(|f| !f.gone).map(|f| f.key.as_str()).collect();
+                    sweep_orphans(&syncer, &known).await;
+                    swept = true;
+                }
+            }
+            Err(error) => tracing::debug!(%error, "looking for tenants"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+async fn look(planes: &Api<NestedControlPlane>, clusters: &Api<Cluster>) -> kube::Result<Vec<Found>> {
+    let clusters: BTreeMap<(String, String), Cluster> = match clusters.list(&ListParams::default()).await {
+        Ok(list) => list.items.into_iter().map(|c| ((c.namespace().unwrap_or_default(), c.name_any()), c)).collect(),
+        // Without Clusters, control planes stand alone.
+        Err(kube::Error::Api(status)) if status.code == 404 => BTreeMap::new(),
+        Err(error) => return Err(error),
+    };
+    let mut found = Vec::new();
+    for plane in planes.list(&ListParams::default()).await?.items {
+        let namespace = plane.namespace().unwrap_or_default();
+        let cluster_name = plane.labels().get(CLUSTER_NAME_LABEL).cloned().unwrap_or_else(|| plane.name_any());
+        let cluster = clusters.get(&(namespace.clone(), cluster_name.clone()));
+        let uid = cluster.and_then(|c| c.uid()).or_else(|| plane.uid()).unwrap_or_default();
+        let gone = plane.metadata.deletion_timestamp.is_some()
+            || cluster.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+        let ready = plane.status.as_ref().is_some_and(|s| s.ready || s.initialized);
+        let endpoint = plane.spec.control_plane_endpoint.clone().filter(|e| ready && !e.is_zero());
+        found.push(Found {
+            key: names::cluster_key(&namespace, &cluster_name, &uid),
+            namespace,
+            cluster: cluster_name,
+            endpoint: endpoint.map(|e| (e.host, e.port)),
+            gone,
+        });
+    }
+    Ok(found)
+}
+
+async fn reconcile(syncer: &Arc<Syncer>, found: &[Found]) {
+    let running: Vec<String> = syncer.tenants.read().expect("the tenants lock").keys().cloned().collect();
+    // Tenants deleted (or no longer there): stop, then remove what they had in the super cluster.
+    for key in running {
+        let there = found.iter().find(|f| f.key == key);
+        if there.is_none_or(|f| f.gone) {
+            tracing::info!(tenant = %key, "tenant deleted; removing its objects from the super cluster");
+            syncer.tenants.write().expect("the tenants lock").remove(&key);
+            syncer.queue.remove_tenant(&key);
+            remove_everything(syncer, &key).await;
+        }
+    }
+    for tenant in found.iter().filter(|f| f.gone) {
+        remove_everything(syncer, &tenant.key).await;
+    }
+    for candidate in found.iter().filter(|f| !f.gone) {
+        let Some(endpoint) = &candidate.endpoint else { continue };
+        if syncer.tenant(&candidate.key).is_some() {
+            continue;
+        }
+        match start(syncer, candidate, endpoint.clone()).await {
+            Ok(tenant) => {
+                tracing::info!(tenant = %candidate.key, "syncing tenant {}/{}", candidate.namespace, candidate.cluster);
+                syncer.tenants.write().expect("the tenants lock").insert(candidate.key.clone(), tenant);
+            }
+            Err(error) => tracing::warn!(tenant = %candidate.key, %error, "cannot reach the tenant yet"),
+        }
+    }
+}
+
+/// Deletes every super namespace of tenant `key` (their contents go with them).
+async fn remove_everything(syncer: &Syncer, key: &str) {
+    let namespaces: Api<Namespace> = Api::all(syncer.super_client.clone());
+    let selector = format!("{TENANT_LABEL}={key}");
+    let Ok(list) = namespaces.list(&ListParams::default().labels(&selector)).await else { return };
+    for namespace in list.items.iter().filter(|n| n.metadata.deletion_timestamp.is_none()) {
+        let _ = namespaces.delete(&namespace.name_any(), &DeleteParams::default()).await;
+    }
+}
+
+async fn sweep_orphans(syncer: &Syncer, known: &BTreeSet<&str>) {
+    let orphans: BTreeSet<String> = syncer
+        .super_namespaces
+        .state()
+        .iter()
+        .filter_map(|n| n.labels().get(TENANT_LABEL).cloned())
+        .filter(|key| !known.contains(key.as_str()))
+        .collect();
+    for key in orphans {
+        tracing::info!(tenant = %key, "removing the objects of a tenant that no longer exists");
+        remove_everything(syncer, &key).await;
+    }
+}
+
+async fn tenant_client(syncer: &Syncer, found: &Found) -> anyhow_like::Result<Client> {
+    let secrets: Api<Secret> = Api::namespaced(syncer.super_client.clone(), &found.namespace);
+    let secret = secrets.get(&format!("{}-kubeconfig", found.cluster)).await?;
+    let value = secret.data.as_ref().and_then(|d| d.get("value")).ok_or(anyhow_like::Error::NoKubeconfig)?;
+    let text = String::from_utf8_lossy(&value.0).into_owned();
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    config.connect_timeout = Some(Duration::from_secs(3));
+    Ok(Client::try_from(config)?)
+}
+
+/// Errors of starting a tenant.
+mod anyhow_like {
+    #[derive(Debug, thiserror::Error)]
+    pub enum Error {
+        #[error(transparent)]
+        Kube(#[from] kube::Error),
+        #[error(transparent)]
+        Kubeconfig(#[from] kube::config::KubeconfigError),
+        #[error("the kubeconfig Secret has no `value`")]
+        NoKubeconfig,
+    }
+    pub type Result<T> = std::result::Result<T, Error>;
+}
+
+async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -> anyhow_like::Result<Arc<Tenant>> {
+    let client = tenant_client(syncer, found).await?;
+    client.apiserver_version().await?;
+    let mut tasks = Vec::new();
+    let mut objects = Vec::new();
+    for (index, kind) in syncer.kinds.iter().enumerate() {
+        let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
+        objects.push(writer.as_reader());
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
+        let (queue_owner, key) = (syncer.clone(), found.key.clone());
+        let feed = reflector::reflector(writer, watcher(api, Default::default()).default_backoff())
+            .touched_objects()
+            .for_each(move |object| {
+                if let Ok(object) = object {
+                    let item = Item::Object {
+                        kind: index,
+                        namespace: object.namespace().unwrap_or_default(),
+                        name: object.name_any(),
+                    };
+                    queue_owner.queue.add(&key, item);
+                }
+                async {}
+            });
+        tasks.push(tokio::spawn(feed));
+    }
+    let (namespaces, writer) = reflector::store::<Namespace>();
+    let (queue_owner, key) = (syncer.clone(), found.key.clone());
+    let feed = reflector::reflector(
+        writer,
+        watcher(Api::<Namespace>::all(client.clone()), Default::default()).default_backoff(),
+    )
+    .touched_objects()
+    .for_each(move |namespace| {
+        if let Ok(namespace) = namespace {
+            queue_owner.queue.add(&key, Item::Namespace(namespace.name_any()));
+        }
+        async {}
+    });
+    tasks.push(tokio::spawn(feed));
+    let tenant = Arc::new(Tenant {
+        key: found.key.clone(),
+        namespace: found.namespace.clone(),
+        cluster: found.cluster.clone(),
+        client,
+        api_server,
+        objects,
+        namespaces,
+        ready: AtomicBool::new(false),
+        healthy: AtomicBool::new(true),
+        tasks: std::sync::Mutex::new(Vec::new()),
+    });
+    let patrol = tokio::spawn(patrol(syncer.clone(), Arc::downgrade(&tenant)));
+    tasks.push(patrol);
+    *tenant.tasks.lock().expect("the tasks lock") = tasks;
+    Ok(tenant)
+}
+
+/// Waits for the tenant's stores, then every `patrol` interval queues every object of the tenant on both sides and
+/// checks that its API server answers.
+async fn patrol(syncer: Arc<Syncer>, tenant: std::sync::Weak<Tenant>) {
+    {
+        let Some(tenant) = tenant.upgrade() else { return };
+        for store in &tenant.objects {
+            let _ = store.wait_until_ready().await;
+        }
+        let _ = tenant.namespaces.wait_until_ready().await;
+        tenant.ready.store(true, Ordering::SeqCst);
+    }
+    loop {
+        let Some(tenant) = tenant.upgrade() else { return };
+        let healthy = tenant.client.apiserver_version().await.is_ok();
+        if tenant.healthy.swap(healthy, Ordering::SeqCst) != healthy {
+            if healthy {
+                tracing::info!(tenant = %tenant.key, "the tenant's API server answers again");
+            } else {
+                tracing::warn!(tenant = %tenant.key, "the tenant's API server does not answer");
+            }
+        }
+        syncer.metrics.set_health(&tenant.key, healthy);
+        if healthy {
+            let queued = enqueue_all(&syncer, &tenant);
+            syncer.metrics.patrolled(&tenant.key, queued);
+        }
+        let interval = syncer.options.patrol;
+        drop(tenant);
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// Queues every object of `tenant`, tenant side and super side; returns how many.
+pub fn enqueue_all(syncer: &Syncer, tenant: &Tenant) -> usize {
+    let mut items: BTreeSet<Item> = BTreeSet::new();
+    for namespace in tenant.namespaces.state() {
+        items.insert(Item::Namespace(namespace.name_any()));
+    }
+    for (index, store) in tenant.objects.iter().enumerate() {
+        for object in store.state() {
+            items.insert(Item::Object {
+                kind: index,
+                namespace: object.namespace().unwrap_or_default(),
+                name: object.name_any(),
+            });
+        }
+    }
+    for (index, store) in syncer.super_objects.iter().enumerate() {
+        for object in store.state().iter().filter(|o| o.labels().get(TENANT_LABEL) == Some(&tenant.key)) {
+            if let Some(item) = crate::sync::tenant_item(index, object) {
+                items.insert(item);
+            }
+        }
+    }
+    for namespace in
+        syncer.super_namespaces.state().iter().filter(|n| n.labels().get(TENANT_LABEL) == Some(&tenant.key))
+    {
+        if let Some(name) = namespace.annotations().get(names::TENANT_NAMESPACE) {
+            items.insert(Item::Namespace(name.clone()));
+        }
+    }
+    let count = items.len();
+    for item in items {
+        syncer.queue.add(&tenant.key, item);
+    }
+    count
+}

@@ -1,0 +1,73 @@
+//! `nest syncer`: copies every tenant's workloads into the management cluster and their status back
+//! (`nest_syncer`), serving its counters as Prometheus text on `/metrics`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The management ("super") cluster.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: PathBuf,
+    /// How often every object of every tenant is compared, both ways.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    patrol_seconds: u64,
+    /// Where to serve /metrics (port 0 picks one; it is printed).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_listen: Option<std::net::SocketAddr>,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let (client, _) = nest_controllers::connect(&args.kubeconfig).await?;
+    let options =
+        nest_syncer::Options { patrol: Duration::from_secs(args.patrol_seconds.max(1)), ..Default::default() };
+    let (syncer, running) = nest_syncer::start(client, options);
+    if let Some(address) = args.metrics_listen {
+        let listener =
+            tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
+        eprintln!("nest syncer: metrics at http://{}/metrics", listener.local_addr()?);
+        tokio::spawn(serve_metrics(listener, syncer));
+    }
+    eprintln!("nest syncer: running");
+    tokio::select! {
+        () = running => anyhow::bail!("the syncer stopped"),
+        () = super::shutdown_signal() => {
+            eprintln!("nest syncer: stopped");
+            Ok(())
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 server for `GET /metrics`: one response per connection.
+pub async fn serve_metrics(listener: tokio::net::TcpListener, syncer: Arc<nest_syncer::Syncer>) {
+    loop {
+        let Ok((mut connection, _)) = listener.accept().await else { continue };
+        let syncer = syncer.clone();
+        tokio::spawn(async move {
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+                match tokio::time::timeout(Duration::from_secs(5), connection.read(&mut buffer)).await {
+                    Ok(Ok(n)) if n > 0 => request.extend_from_slice(&buffer[..n]),
+                    _ => return,
+                }
+            }
+            let line = String::from_utf8_lossy(&request);
+            let path = line.split_whitespace().nth(1).unwrap_or_default();
+            let (status, body) = match path {
+                "/metrics" => ("200 OK", nest_syncer::metrics::render(&syncer)),
+                "/healthz" => ("200 OK", "ok\n".to_string()),
+                _ => ("404 Not Found", "not found\n".to_string()),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = connection.write_all(response.as_bytes()).await;
+        });
+    }
+}

@@ -1,0 +1,156 @@
+//! The syncer end to end: two tenant clusters on a management cluster of real processes, and `nest syncer` between
+//! them. Tenant workloads run on the management cluster's node under collision-free names and report back; the
+//! tenants stay apart; drift is repaired both ways; what happened while the syncer was away is caught up; a deleted
+//! tenant leaves nothing behind.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use common::management::{management, tenant, tenant_ok};
+use common::{Component, Server, eventually};
+use serde_json::Value;
+
+fn nest(server: &Server, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nest"))
+        .args(args)
+        .env("KUBECONFIG", &server.kubeconfig)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "nest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn tenant_json(server: &Server, name: &str, dir: &Path, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&tenant_ok(server, name, dir, &all)).unwrap()
+}
+
+/// The super namespace of tenant `cluster`'s namespace `namespace`, once the syncer made it.
+fn super_namespace(server: &Server, cluster: &str, namespace: &str) -> Option<String> {
+    let list = server.json(&["get", "namespaces", "-l", "tenancy.nest.dev/cluster"]);
+    list["items"].as_array()?.iter().find_map(|n| {
+        let annotations = &n["metadata"]["annotations"];
+        (annotations["tenancy.nest.dev/cluster-name"] == format!("default/{cluster}").as_str()
+            && annotations["tenancy.nest.dev/namespace"] == namespace)
+            .then(|| n["metadata"]["name"].as_str().unwrap().to_string())
+    })
+}
+
+fn items(list: &Value) -> Vec<Value> {
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn running_on(pods: &[Value], node: &str) -> usize {
+    pods.iter().filter(|p| p["status"]["phase"] == "Running" && p["spec"]["nodeName"] == node).count()
+}
+
+fn metrics(address: &str) -> String {
+    let mut connection = std::net::TcpStream::connect(address).unwrap();
+    connection.write_all(b"GET /metrics HTTP/1.1\r\nhost: syncer\r\n\r\n").unwrap();
+    let mut response = String::new();
+    connection.read_to_string(&mut response).unwrap();
+    response
+}
+
+#[test]
+fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
+    let node_dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (server, _components) = management("127.123.0.0/16", "127.23.0.0/16", node_dir.path());
+    let syncer_args = ["syncer", "--patrol-seconds", "2", "--metrics-listen", "127.0.0.1:0"];
+    let mut syncer = Component::run(&server, &syncer_args);
+    eventually(60, "the manager's CRDs served", || server.kubectl(&["get", "nestedcontrolplanes"]).status.success());
+    nest(&server, &["cluster", "create", "a", "--wait", "--timeout", "60s"]);
+    nest(&server, &["cluster", "create", "b", "--wait", "--timeout", "60s"]);
+    let dir = work.path();
+
+    // Three pods in a: in its super namespace, running on the super node; in a, Running on a virtual node of the
+    // same name, which is Ready.
+    tenant_ok(&server, "a", dir, &["create", "deployment", "web", "--image=nginx", "--replicas=3"]);
+    eventually(60, "a's pods running", || {
+        running_on(&items(&tenant_json(&server, "a", dir, &["get", "pods"])), "host") == 3
+    });
+    let a_default = super_namespace(&server, "a", "default").expect("a's default namespace in the super cluster");
+    let super_pods = items(&server.json(&["get", "pods", "-n", &a_default]));
+    assert_eq!(running_on(&super_pods, "host"), 3, "{super_pods:?}");
+    let tenant_pods = items(&tenant_json(&server, "a", dir, &["get", "pods"]));
+    for pod in &tenant_pods {
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let twin = super_pods.iter().find(|p| p["metadata"]["name"] == name).expect("a super pod of the same name");
+        assert_eq!(twin["metadata"]["annotations"]["tenancy.nest.dev/uid"], pod["metadata"]["uid"]);
+        assert_eq!(twin["status"]["podIP"], pod["status"]["podIP"], "the status came back");
+    }
+    let nodes = items(&tenant_json(&server, "a", dir, &["get", "nodes"]));
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let ready = nodes[0]["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").cloned();
+    assert_eq!(ready.map(|c| c["status"].clone()), Some(Value::from("True")), "{nodes:?}");
+
+    // The same names in b: no collision, and b sees nothing of a.
+    tenant_ok(&server, "b", dir, &["create", "deployment", "web", "--image=nginx", "--replicas=1"]);
+    tenant_ok(&server, "a", dir, &["create", "configmap", "only-a", "--from-literal=k=v"]);
+    eventually(60, "b's pod running", || {
+        running_on(&items(&tenant_json(&server, "b", dir, &["get", "pods"])), "host") == 1
+    });
+    let b_default = super_namespace(&server, "b", "default").unwrap();
+    assert_ne!(a_default, b_default);
+    assert_eq!(items(&server.json(&["get", "pods", "-n", &b_default])).len(), 1);
+    assert_eq!(items(&server.json(&["get", "pods", "-n", &a_default])).len(), 3);
+    assert!(!tenant(&server, "b", dir, &["get", "configmap", "only-a"]).status.success(), "b sees a's ConfigMap");
+    let b_pods = items(&tenant_json(&server, "b", dir, &["get", "pods", "-A"]));
+    assert_eq!(b_pods.len(), 1, "b sees only its own pod: {b_pods:?}");
+
+    // Drift in the super cluster is put back: a ConfigMap's data, a pod's labels, a deleted pod.
+    eventually(30, "a's ConfigMap synced", || {
+        server.kubectl(&["get", "configmap", "only-a", "-n", &a_default]).status.success()
+    });
+    server.ok(&["patch", "configmap", "only-a", "-n", &a_default, "--type=merge", "-p", r#"{"data":{"k":"changed"}}"#]);
+    let pod = super_pods[0]["metadata"]["name"].as_str().unwrap().to_string();
+    server.ok(&["label", "pod", &pod, "-n", &a_default, "app=stolen", "--overwrite"]);
+    let other = super_pods[1]["metadata"]["name"].as_str().unwrap().to_string();
+    server.ok(&["delete", "pod", &other, "-n", &a_default, "--grace-period=0", "--force"]);
+    eventually(30, "the tenant's truth restored", || {
+        let data = server.json(&["get", "configmap", "only-a", "-n", &a_default]);
+        let labelled = server.json(&["get", "pod", &pod, "-n", &a_default]);
+        let recreated = server.kubectl(&["get", "pod", &other, "-n", &a_default]).status.success();
+        data["data"]["k"] == "v" && labelled["metadata"]["labels"]["app"] == "web" && recreated
+    });
+
+    // The counters.
+    let address = syncer
+        .log()
+        .lines()
+        .find_map(|l| l.split("metrics at http://").nth(1).map(|a| a.trim_end_matches("/metrics").to_string()));
+    let text = metrics(&address.expect("the syncer printed its metrics address"));
+    assert!(text.contains("nest_syncer_operations_total{kind=\"pods\",direction=\"down\"}"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("nest_syncer_tenant_healthy{") && l.ends_with(" 1")), "{text}");
+
+    // A tenant pod deleted while the syncer is away: after it is back, the super pod is gone too.
+    syncer.kill();
+    let gone = tenant_pods[2]["metadata"]["name"].as_str().unwrap().to_string();
+    tenant_ok(&server, "a", dir, &["delete", "pod", &gone, "--wait=false"]);
+    let _syncer = Component::run(&server, &syncer_args);
+    eventually(60, "the super pod of the deleted tenant pod gone", || {
+        !server.kubectl(&["get", "pod", &gone, "-n", &a_default]).status.success()
+            && !tenant(&server, "a", dir, &["get", "pod", &gone]).status.success()
+    });
+    eventually(60, "a back at three pods", || {
+        running_on(&items(&tenant_json(&server, "a", dir, &["get", "pods"])), "host") == 3
+    });
+
+    // Deleting a's Cluster leaves nothing of a in the super cluster; b runs on.
+    let key = server.json(&["get", "namespace", &a_default])["metadata"]["labels"]["tenancy.nest.dev/cluster"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    nest(&server, &["cluster", "delete", "a", "--wait", "--timeout", "120s"]);
+    eventually(60, "nothing of a left", || {
+        let selector = format!("tenancy.nest.dev/cluster={key}");
+        ["namespaces", "pods", "configmaps", "services", "secrets"]
+            .iter()
+            .all(|kind| server.ok(&["get", kind, "-A", "-l", &selector, "-o", "name"]).trim().is_empty())
+    });
+    assert_eq!(running_on(&items(&tenant_json(&server, "b", dir, &["get", "pods"])), "host"), 1);
+}
