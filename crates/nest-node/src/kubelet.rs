@@ -37,9 +37,11 @@ pub struct Tls {
     pub client_ca: String,
 }
 
-type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+/// A response body.
+pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
-fn text(code: StatusCode, message: impl Into<String>) -> Response<Body> {
+/// A plain-text response.
+pub fn text(code: StatusCode, message: impl Into<String>) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(message.into())).boxed_unsync());
     *response.status_mut() = code;
     response.headers_mut().insert("content-type", "text/plain; charset=utf-8".parse().expect("a header value"));
@@ -70,15 +72,30 @@ fn common_name(der: &[u8]) -> Option<String> {
 
 /// Serves the kubelet API on `listener` until the task is dropped.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, tls: Tls, context: Arc<Context>) -> anyhow::Result<()> {
+    serve_with(listener, tls, move |request| {
+        let context = context.clone();
+        async move { handle(&context, request).await }
+    })
+    .await
+}
+
+/// Serves a kubelet-style API on `listener` with `handle`: HTTPS with `tls`, answering only clients whose certificate
+/// `tls.client_ca` signed and whose common name is [`API_SERVER_CLIENT`] (others get 403). Used by the node, and by
+/// the syncer for tenants' virtual nodes.
+pub async fn serve_with<H, F>(listener: tokio::net::TcpListener, tls: Tls, handle: H) -> anyhow::Result<()>
+where
+    H: Fn(Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<Body>> + Send + 'static,
+{
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(&tls)?));
     loop {
         let Ok((tcp, _)) = listener.accept().await else { continue };
-        let (acceptor, context) = (acceptor.clone(), context.clone());
+        let (acceptor, handle) = (acceptor.clone(), handle.clone());
         tokio::spawn(async move {
             let Ok(stream) = acceptor.accept(tcp).await else { return };
             let client = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| common_name(c));
             let service = hyper::service::service_fn(move |request| {
-                let (context, client) = (context.clone(), client.clone());
+                let (handle, client) = (handle.clone(), client.clone());
                 async move {
                     if client.as_deref() != Some(API_SERVER_CLIENT) {
                         return Ok::<_, Infallible>(text(
@@ -86,7 +103,7 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, tls: Tls, context: 
                             "only the API server may call this node\n",
                         ));
                     }
-                    Ok(handle(&context, request).await)
+                    Ok(handle(request).await)
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;

@@ -11,12 +11,14 @@
 //!   matches.
 //! - [`nodes`]: virtual nodes, their status and their Leases.
 //! - [`queue`]: the work queue, shared fairly between tenants.
+//! - [`kubelet`]: the kubelet endpoint of each tenant's virtual nodes, for `kubectl logs` through the tenant.
 //! - [`metrics`]: counters served as Prometheus text.
 //!
 //! A patrol per tenant enqueues every object on both sides every `patrol` interval, which repairs drift either way
 //! and removes super objects whose tenant object is gone (also those deleted while the syncer was not running).
 
 pub mod kinds;
+pub mod kubelet;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
@@ -48,11 +50,18 @@ pub struct Options {
     pub workers: usize,
     /// How long a virtual node stays once no tenant pod runs on it.
     pub node_grace: Duration,
+    /// The address tenants' API servers reach the syncer's kubelet endpoints at (virtual nodes' InternalIP).
+    pub kubelet_address: std::net::IpAddr,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { patrol: Duration::from_secs(60), workers: 8, node_grace: Duration::from_secs(60) }
+        Options {
+            patrol: Duration::from_secs(60),
+            workers: 8,
+            node_grace: Duration::from_secs(60),
+            kubelet_address: std::net::Ipv4Addr::LOCALHOST.into(),
+        }
     }
 }
 

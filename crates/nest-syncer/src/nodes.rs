@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::api::core::v1::{DaemonEndpoint, Node, NodeAddress, NodeDaemonEndpoints, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -22,10 +22,16 @@ use crate::tenants::Tenant;
 /// How often virtual nodes are refreshed.
 const REFRESH: Duration = Duration::from_secs(10);
 
-/// The status a virtual node shows for super node `node`: its capacity, addresses, conditions (heartbeat now) and
-/// system information.
-fn status_of(node: &Node) -> NodeStatus {
+/// The status a virtual node shows for super node `node`: its capacity, conditions (heartbeat now) and system
+/// information; its InternalIP and kubelet port are the tenant's kubelet endpoint on the syncer.
+fn status_of(syncer: &Syncer, tenant: &Tenant, node: &Node) -> NodeStatus {
     let status = node.status.clone().unwrap_or_default();
+    let mut addresses: Vec<NodeAddress> =
+        status.addresses.unwrap_or_default().into_iter().filter(|a| a.type_ != "InternalIP").collect();
+    addresses
+        .insert(0, NodeAddress { type_: "InternalIP".into(), address: syncer.options.kubelet_address.to_string() });
+    let endpoints =
+        NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(tenant.kubelet_port) }) };
     let now = Time(jiff::Timestamp::now());
     let conditions = status.conditions.map(|conditions| {
         conditions
@@ -39,7 +45,8 @@ fn status_of(node: &Node) -> NodeStatus {
     NodeStatus {
         capacity: status.capacity,
         allocatable: status.allocatable,
-        addresses: status.addresses,
+        addresses: Some(addresses),
+        daemon_endpoints: Some(endpoints),
         conditions,
         node_info: status.node_info,
         ..Default::default()
@@ -82,7 +89,7 @@ pub async fn ensure_virtual_node(syncer: &Syncer, tenant: &Tenant, name: &str) -
         Err(error) => return Err(error),
     }
     if let Some(super_node) = super_node {
-        let patch = json!({"status": status_of(&super_node)});
+        let patch = json!({"status": status_of(syncer, tenant, &super_node)});
         nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
     renew_lease(tenant, name).await
@@ -155,7 +162,7 @@ async fn refresh(
             }
         }
         let Some(super_node) = syncer.super_nodes.get(&ObjectRef::new(&name)) else { continue };
-        let patch = json!({"status": status_of(&super_node)});
+        let patch = json!({"status": status_of(syncer, tenant, &super_node)});
         nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         if ready(&super_node) {
             renew_lease(tenant, &name).await?;

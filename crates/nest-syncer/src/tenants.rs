@@ -30,6 +30,8 @@ pub struct Tenant {
     pub client: Client,
     /// Where the tenant's API server is reached from the super cluster's pods.
     pub api_server: (String, i32),
+    /// The port of the tenant's kubelet endpoint ([`crate::kubelet`]), on the syncer's kubelet address.
+    pub kubelet_port: u16,
     /// The tenant's objects, one store per synced kind.
     pub objects: Vec<Store<DynamicObject>>,
     pub namespaces: Store<Namespace>,
@@ -162,10 +164,10 @@ async fn sweep_orphans(syncer: &Syncer, known: &BTreeSet<&str>) {
     }
 }
 
-async fn tenant_client(syncer: &Syncer, found: &Found) -> anyhow_like::Result<Client> {
+async fn tenant_client(syncer: &Syncer, found: &Found) -> Result<Client> {
     let secrets: Api<Secret> = Api::namespaced(syncer.super_client.clone(), &found.namespace);
     let secret = secrets.get(&format!("{}-kubeconfig", found.cluster)).await?;
-    let value = secret.data.as_ref().and_then(|d| d.get("value")).ok_or(anyhow_like::Error::NoKubeconfig)?;
+    let value = secret.data.as_ref().and_then(|d| d.get("value")).ok_or(Error::NoKubeconfig)?;
     let text = String::from_utf8_lossy(&value.0).into_owned();
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)?;
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
@@ -173,24 +175,26 @@ async fn tenant_client(syncer: &Syncer, found: &Found) -> anyhow_like::Result<Cl
     Ok(Client::try_from(config)?)
 }
 
-/// Errors of starting a tenant.
-mod anyhow_like {
-    #[derive(Debug, thiserror::Error)]
-    pub enum Error {
-        #[error(transparent)]
-        Kube(#[from] kube::Error),
-        #[error(transparent)]
-        Kubeconfig(#[from] kube::config::KubeconfigError),
-        #[error("the kubeconfig Secret has no `value`")]
-        NoKubeconfig,
-    }
-    pub type Result<T> = std::result::Result<T, Error>;
+/// Why a tenant could not be started (it is tried again).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    #[error("the kubeconfig Secret has no `value`")]
+    NoKubeconfig,
+    #[error("the kubelet endpoint: {0}")]
+    Certificate(String),
 }
 
-async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -> anyhow_like::Result<Arc<Tenant>> {
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -> Result<Arc<Tenant>> {
     let client = tenant_client(syncer, found).await?;
     client.apiserver_version().await?;
-    let mut tasks = Vec::new();
+    let (kubelet_port, kubelet) = crate::kubelet::start(syncer, &found.namespace, &found.cluster, &found.key).await?;
+    let mut tasks = vec![kubelet];
     let mut objects = Vec::new();
     for (index, kind) in syncer.kinds.iter().enumerate() {
         let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
@@ -232,6 +236,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         cluster: found.cluster.clone(),
         client,
         api_server,
+        kubelet_port,
         objects,
         namespaces,
         ready: AtomicBool::new(false),

@@ -1,6 +1,6 @@
 //! The syncer end to end: two tenant clusters on a management cluster of real processes, and `nest syncer` between
-//! them. Tenant workloads run on the management cluster's node under collision-free names and report back; the
-//! tenants stay apart; drift is repaired both ways; what happened while the syncer was away is caught up; a deleted
+//! them. Tenant workloads run on the management cluster's node under collision-free names and report back; real
+//! processes serve a tenant Service and their logs reach the tenant's kubectl; the tenants stay apart; drift is repaired both ways; what happened while the syncer was away is caught up; a deleted
 //! tenant leaves nothing behind.
 
 mod common;
@@ -54,6 +54,32 @@ fn metrics(address: &str) -> String {
     connection.read_to_string(&mut response).unwrap();
     response
 }
+
+const ECHO: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      containers:
+      - name: echo
+        image: ghcr.io/nest-dev/nest:latest
+        args: [debug, http-echo, --listen, "$(POD_IP):8080"]
+        env:
+        - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo}
+spec:
+  selector: {app: echo}
+  ports: [{port: 80, targetPort: 8080}]
+"#;
 
 #[test]
 fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
@@ -118,6 +144,43 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         data["data"]["k"] == "v" && labelled["metadata"]["labels"]["app"] == "web" && recreated
     });
 
+    // nest's image runs as processes through the super cluster: the tenant Service reaches them at the address the
+    // super cluster gave it, and `kubectl logs` in the tenant shows their output.
+    let manifest = dir.join("echo.yaml");
+    std::fs::write(&manifest, ECHO).unwrap();
+    tenant_ok(&server, "a", dir, &["create", "--validate=false", "-f", manifest.to_str().unwrap()]);
+    eventually(60, "the echo pods running", || {
+        let pods = items(&tenant_json(&server, "a", dir, &["get", "pods", "-l", "app=echo"]));
+        running_on(&pods, "host") == 2 && pods.iter().all(|p| p["status"]["containerStatuses"][0]["ready"] == true)
+    });
+    let mut address = String::new();
+    eventually(30, "the tenant Service's super address", || {
+        let service = tenant_json(&server, "a", dir, &["get", "service", "echo"]);
+        address = service["metadata"]["annotations"]["tenancy.nest.dev/super-cluster-ip"].as_str().unwrap_or("").into();
+        !address.is_empty()
+    });
+    let mut answer = String::new();
+    eventually(30, "the Service answering", || {
+        let Ok(mut connection) = std::net::TcpStream::connect((address.as_str(), 80)) else { return false };
+        let _ = connection.write_all(b"GET /through-the-tenant HTTP/1.1\r\nhost: echo\r\n\r\n");
+        answer.clear();
+        connection.read_to_string(&mut answer).is_ok() && answer.contains("/through-the-tenant")
+    });
+    let echo_pods = items(&tenant_json(&server, "a", dir, &["get", "pods", "-l", "app=echo"]));
+    assert!(echo_pods.iter().any(|p| answer.contains(p["metadata"]["name"].as_str().unwrap())), "{answer}");
+    let answered = echo_pods.iter().find(|p| answer.contains(p["metadata"]["name"].as_str().unwrap())).unwrap();
+    let logs = tenant_ok(&server, "a", dir, &["logs", answered["metadata"]["name"].as_str().unwrap()]);
+    assert!(logs.contains("http-echo") && logs.contains("GET /through-the-tenant"), "{logs}");
+    // The endpoint serving the logs answers only the tenant's API server.
+    let node = &tenant_json(&server, "a", dir, &["get", "node", "host"])["status"];
+    let port = node["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64().unwrap();
+    let refused = std::process::Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("https://127.0.0.1:{port}/containerLogs/default/x/y"))
+        .output()
+        .unwrap();
+    assert_ne!(String::from_utf8_lossy(&refused.stdout), "200", "the kubelet endpoint answered a stranger");
+
     // The counters.
     let address = syncer
         .log()
@@ -137,7 +200,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
             && !tenant(&server, "a", dir, &["get", "pod", &gone]).status.success()
     });
     eventually(60, "a back at three pods", || {
-        running_on(&items(&tenant_json(&server, "a", dir, &["get", "pods"])), "host") == 3
+        running_on(&items(&tenant_json(&server, "a", dir, &["get", "pods", "-l", "app=web"])), "host") == 3
     });
 
     // Deleting a's Cluster leaves nothing of a in the super cluster; b runs on.

@@ -19,6 +19,9 @@ pub struct Args {
     /// Where to serve /metrics (port 0 picks one; it is printed).
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// The address tenants' API servers reach this syncer at, for `kubectl logs` through their virtual nodes.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    kubelet_address: std::net::IpAddr,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
