@@ -113,7 +113,11 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, kube:
                 Ok(_) => {
                     tracing::debug!(pod = %name, %node, "bound");
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    let message = format!("Successfully assigned {namespace}/{name} to {node}");
                     context.assumed.lock().unwrap_or_else(|p| p.into_inner()).insert(uid, node);
+                    // As kube-scheduler does; outside the scheduling cycle.
+                    let (client, pod) = (context.client.clone(), pod.clone());
+                    tokio::spawn(async move { record_event(&client, &pod, "Scheduled", "Normal", &message).await });
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
                 Err(error) => return Err(error),
@@ -134,14 +138,14 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, kube:
                     Ok(_) | Err(kube::Error::Api(_)) => {}
                     Err(error) => return Err(error),
                 }
-                record_event(&context.client, &pod, &message).await;
+                record_event(&context.client, &pod, "FailedScheduling", "Warning", &message).await;
             }
             Ok(Action::requeue(Duration::from_secs(2)))
         }
     }
 }
 
-async fn record_event(client: &Client, pod: &Pod, message: &str) {
+async fn record_event(client: &Client, pod: &Pod, reason: &str, type_: &str, message: &str) {
     let namespace = pod.namespace().unwrap_or_default();
     let now = rfc3339_now();
     let event = json!({
@@ -149,7 +153,7 @@ async fn record_event(client: &Client, pod: &Pod, message: &str) {
         "metadata": {"generateName": format!("{}.", pod.name_any()), "namespace": namespace},
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name_any(), "namespace": namespace,
                            "uid": pod.uid()},
-        "reason": "FailedScheduling", "message": message, "type": "Warning",
+        "reason": reason, "message": message, "type": type_,
         "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
         "firstTimestamp": now, "lastTimestamp": now, "count": 1,
     });

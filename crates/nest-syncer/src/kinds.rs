@@ -56,6 +56,27 @@ pub fn built_in() -> Vec<Kind> {
             status_up: false,
         },
         Kind {
+            name: "serviceaccounts",
+            resource: resource("", "v1", "ServiceAccount"),
+            down: |o, m| {
+                // The super cluster issues no tokens for tenant accounts (pods do not mount them either).
+                let mut account = with(o, m, &["imagePullSecrets"]);
+                account["automountServiceAccountToken"] = json!(false);
+                Some(account)
+            },
+            content: &["imagePullSecrets"],
+            status_up: false,
+        },
+        Kind {
+            name: "endpoints",
+            resource: resource("", "v1", "Endpoints"),
+            // Only those of Services without a selector (the others are the super cluster's endpoints controller's);
+            // `sync.rs` checks the Service.
+            down: |o, m| Some(with(o, m, &["subsets"])),
+            content: &["subsets"],
+            status_up: false,
+        },
+        Kind {
             name: "persistentvolumeclaims",
             resource: resource("", "v1", "PersistentVolumeClaim"),
             down: |o, m| {
@@ -102,6 +123,38 @@ pub fn built_in() -> Vec<Kind> {
             status_up: true,
         },
     ]
+}
+
+/// The cluster-scoped kinds the super cluster shares with every tenant: objects labelled [`names::PUBLIC_LABEL`]
+/// `"true"` appear in each tenant as they are.
+pub fn public() -> Vec<(&'static str, ApiResource)> {
+    vec![
+        ("storageclasses", resource("storage.k8s.io", "v1", "StorageClass")),
+        ("priorityclasses", resource("scheduling.k8s.io", "v1", "PriorityClass")),
+        ("customresourcedefinitions", resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition")),
+    ]
+}
+
+/// A custom resource kind synced like the built-in ones: its `spec` down, its `status` up.
+pub fn custom(group: &str, version: &str, kind: &str) -> Kind {
+    let resource = resource(group, version, kind);
+    // Registered once at start, for the life of the process: the name may live as long.
+    let name: &'static str = Box::leak(resource.plural.clone().into_boxed_str());
+    Kind { name, resource, down: |o, m| Some(with(o, m, &["spec"])), content: &["spec"], status_up: true }
+}
+
+/// Parses `group/version/Kind` (`version/Kind` for the core group).
+pub fn parse_gvk(text: &str) -> Option<(String, String, String)> {
+    let parts: Vec<&str> = text.split('/').collect();
+    match parts[..] {
+        [group, version, kind] if !version.is_empty() && !kind.is_empty() => {
+            Some((group.to_string(), version.to_string(), kind.to_string()))
+        }
+        [version, kind] if !version.is_empty() && !kind.is_empty() => {
+            Some((String::new(), version.to_string(), kind.to_string()))
+        }
+        _ => None,
+    }
 }
 
 /// The super object's metadata with the fields `copy` of the tenant object `object`.
@@ -151,7 +204,10 @@ fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
     for field in ["nodeName", "serviceAccount", "nodeSelector"] {
         map.remove(field);
     }
-    map.insert("serviceAccountName".into(), json!("default"));
+    // The tenant's account is synced too; its token is not mounted (the super cluster cannot issue it).
+    if map.get("serviceAccountName").is_none_or(|n| n.as_str().is_none_or(str::is_empty)) {
+        map.insert("serviceAccountName".into(), json!("default"));
+    }
     map.insert("automountServiceAccountToken".into(), json!(false));
     // Token volumes (the tenant's `kube-api-access-*`) and their mounts go.
     let token_volumes: Vec<String> = map
@@ -258,7 +314,8 @@ mod tests {
         );
         assert_eq!(down["metadata"]["annotations"]["tenancy.nest.dev/uid"], "u1");
         assert!(down.get("status").is_none() && down["spec"].get("nodeName").is_none());
-        assert_eq!(down["spec"]["serviceAccountName"], "default");
+        assert_eq!(down["spec"]["serviceAccountName"], "builder");
+        assert_eq!(down["spec"]["automountServiceAccountToken"], false);
         let container = &down["spec"]["containers"][0];
         assert_eq!(container["volumeMounts"].as_array().unwrap().len(), 1);
         assert_eq!(down["spec"]["volumes"].as_array().unwrap().len(), 1);

@@ -10,6 +10,8 @@
 //! - [`sync`]: the reconcile of one object, both ways; it only ever changes super objects whose tenant UID annotation
 //!   matches.
 //! - [`nodes`]: virtual nodes, their status and their Leases.
+//! - [`events`]: Events about tenants' objects, copied up; [`public`]: storage classes, priority classes and CRDs
+//!   the super cluster marks public, copied into every tenant.
 //! - [`queue`]: the work queue, shared fairly between tenants.
 //! - [`kubelet`]: the kubelet endpoint of each tenant's virtual nodes, for `kubectl logs` through the tenant.
 //! - [`metrics`]: counters served as Prometheus text.
@@ -17,11 +19,13 @@
 //! A patrol per tenant enqueues every object on both sides every `patrol` interval, which repairs drift either way
 //! and removes super objects whose tenant object is gone (also those deleted while the syncer was not running).
 
+pub mod events;
 pub mod kinds;
 pub mod kubelet;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
+pub mod public;
 pub mod queue;
 pub mod sync;
 pub mod tenants;
@@ -31,11 +35,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::Client;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 
 use crate::kinds::Kind;
 use crate::queue::Queue;
@@ -52,6 +56,8 @@ pub struct Options {
     pub node_grace: Duration,
     /// The address tenants' API servers reach the syncer's kubelet endpoints at (virtual nodes' InternalIP).
     pub kubelet_address: std::net::IpAddr,
+    /// Custom resource kinds to sync as well (group, version, kind): spec down, status up.
+    pub custom: Vec<(String, String, String)>,
 }
 
 impl Default for Options {
@@ -61,7 +67,39 @@ impl Default for Options {
             workers: 8,
             node_grace: Duration::from_secs(60),
             kubelet_address: std::net::Ipv4Addr::LOCALHOST.into(),
+            custom: Vec::new(),
         }
+    }
+}
+
+/// How the syncer's watches retry: from 250 ms, doubling, at most 3 s apart. A tenant's API server that comes back,
+/// or a CRD created after the syncer started, is noticed within seconds (kube-runtime's default waits up to 30 s).
+pub struct Retry(Duration);
+
+impl Retry {
+    pub fn new() -> Retry {
+        Retry(Duration::from_millis(250))
+    }
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry::new()
+    }
+}
+
+impl Iterator for Retry {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(3));
+        Some(now)
+    }
+}
+
+impl kube::runtime::utils::Backoff for Retry {
+    fn reset(&mut self) {
+        self.0 = Duration::from_millis(250);
     }
 }
 
@@ -72,6 +110,10 @@ pub enum Item {
     Object { kind: usize, namespace: String, name: String },
     /// A tenant namespace.
     Namespace(String),
+    /// A super Event, by its super namespace and name, told to the tenant whose object it is about.
+    Event { namespace: String, name: String },
+    /// A public super object of kind `kinds::public()[kind]`, copied into the tenant.
+    Public { kind: usize, name: String },
 }
 
 /// What every task shares.
@@ -81,10 +123,18 @@ pub struct Syncer {
     pub kinds: Vec<Kind>,
     pub queue: Queue<Item>,
     pub tenants: RwLock<BTreeMap<String, Arc<Tenant>>>,
+    /// How many of `kinds` are built in (the rest are configured custom resources).
+    pub built_in: usize,
     /// The super objects of every tenant, one store per kind (only objects labelled with a tenant).
     pub super_objects: Vec<Store<DynamicObject>>,
+    /// Whether each of `super_objects` has been filled once (a custom resource's only once its CRD exists).
+    pub super_ready: Vec<std::sync::atomic::AtomicBool>,
     pub super_namespaces: Store<Namespace>,
     pub super_nodes: Store<Node>,
+    /// Events in the super cluster (those of tenants' objects are copied up).
+    pub super_events: Store<Event>,
+    /// Public objects, one store per kind of `kinds::public()`.
+    pub public: Vec<Store<DynamicObject>>,
     pub metrics: metrics::Metrics,
 }
 
@@ -101,7 +151,9 @@ pub async fn run(super_client: Client, options: Options) {
 
 /// The syncer, and the future that runs it (nothing happens until it is polled).
 pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_util::future::BoxFuture<'static, ()>) {
-    let kinds = kinds::built_in();
+    let mut kinds = kinds::built_in();
+    let built_in = kinds.len();
+    kinds.extend(options.custom.iter().map(|(group, version, kind)| kinds::custom(group, version, kind)));
     let tenant_selector = watcher::Config::default().labels(names::TENANT_LABEL);
     let mut feeds: Vec<futures_util::future::BoxFuture<'static, ()>> = Vec::new();
     let mut super_objects = Vec::new();
@@ -112,11 +164,13 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(super_client.clone(), &kind.resource);
         let slot = syncer_slot.clone();
-        let feed = reflector::reflector(writer, watcher(api, tenant_selector.clone()).default_backoff())
+        let feed = reflector::reflector(writer, watcher(api, tenant_selector.clone()).backoff(Retry::new()))
             .touched_objects()
             .for_each(move |object| {
-                if let (Ok(object), Some(syncer)) = (object, slot.get()) {
-                    sync::enqueue_super(syncer, index, &object);
+                match (object, slot.get()) {
+                    (Ok(object), Some(syncer)) => sync::enqueue_super(syncer, index, &object),
+                    (Err(error), _) => tracing::debug!(%error, "watching the super cluster"),
+                    _ => {}
                 }
                 async {}
             });
@@ -125,27 +179,65 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
     }
     let (super_namespaces, writer) = reflector::store::<Namespace>();
     let namespaces = Api::<Namespace>::all(super_client.clone());
-    let feed = reflector::reflector(writer, watcher(namespaces, tenant_selector).default_backoff())
+    let feed = reflector::reflector(writer, watcher(namespaces, tenant_selector).backoff(Retry::new()))
         .applied_objects()
         .for_each(|_| async {});
     feeds.push(Box::pin(feed));
     let (super_nodes, writer) = reflector::store::<Node>();
     let feed = reflector::reflector(
         writer,
-        watcher(Api::<Node>::all(super_client.clone()), Default::default()).default_backoff(),
+        watcher(Api::<Node>::all(super_client.clone()), Default::default()).backoff(Retry::new()),
     )
     .applied_objects()
     .for_each(|_| async {});
     feeds.push(Box::pin(feed));
+    let (super_events, writer) = reflector::store::<Event>();
+    let slot = syncer_slot.clone();
+    let feed = reflector::reflector(
+        writer,
+        watcher(Api::<Event>::all(super_client.clone()), Default::default()).backoff(Retry::new()),
+    )
+    .applied_objects()
+    .for_each(move |event| {
+        if let (Ok(event), Some(syncer)) = (event, slot.get()) {
+            sync::enqueue_event(syncer, &event);
+        }
+        async {}
+    });
+    feeds.push(Box::pin(feed));
+    let mut public = Vec::new();
+    for (index, (_, resource)) in kinds::public().into_iter().enumerate() {
+        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+        public.push(writer.as_reader());
+        let api: Api<DynamicObject> = Api::all_with(super_client.clone(), &resource);
+        let slot = syncer_slot.clone();
+        let selector = watcher::Config::default().labels(&format!("{}=true", names::PUBLIC_LABEL));
+        let feed = reflector::reflector(writer, watcher(api, selector).backoff(Retry::new()))
+            .touched_objects()
+            .for_each(move |object| {
+                if let (Ok(object), Some(syncer)) = (object, slot.get()) {
+                    let keys: Vec<String> = syncer.tenants.read().expect("the tenants lock").keys().cloned().collect();
+                    for key in keys {
+                        syncer.queue.add(&key, Item::Public { kind: index, name: object.name_any() });
+                    }
+                }
+                async {}
+            });
+        feeds.push(Box::pin(feed));
+    }
     let syncer = Arc::new(Syncer {
         super_client,
         options,
+        super_ready: kinds.iter().map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
         kinds,
+        built_in,
         queue: Queue::default(),
         tenants: RwLock::new(BTreeMap::new()),
         super_objects,
         super_namespaces,
         super_nodes,
+        super_events,
+        public,
         metrics: metrics::Metrics::default(),
     });
     let _ = syncer_slot.set(syncer.clone());
@@ -155,11 +247,23 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         let syncer = running;
         // Nothing is decided before the super cluster's caches are filled: an empty cache would look like objects to
         // delete.
-        for store in &syncer.super_objects {
-            let _ = store.wait_until_ready().await;
+        for (index, store) in syncer.super_objects.iter().enumerate() {
+            let (store, ready) = (store.clone(), syncer.clone());
+            tokio::spawn(async move {
+                if store.wait_until_ready().await.is_ok() {
+                    ready.super_ready[index].store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+        // Those tasks are the stores' only waiters: a kube-runtime store wakes one waiter.
+        while !syncer.super_ready[..syncer.built_in].iter().all(|r| r.load(std::sync::atomic::Ordering::SeqCst)) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let _ = syncer.super_namespaces.wait_until_ready().await;
         let _ = syncer.super_nodes.wait_until_ready().await;
+        for store in &syncer.public {
+            let _ = store.wait_until_ready().await;
+        }
         let workers = (0..syncer.options.workers.max(1)).map(|_| sync::work(syncer.clone()));
         tokio::join!(
             futures_util::future::join_all(workers),

@@ -15,6 +15,10 @@ pub const TENANT_NAME: &str = "tenancy.nest.dev/name";
 pub const TENANT_UID: &str = "tenancy.nest.dev/uid";
 /// Annotation on a tenant Service: the ClusterIP of its super Service.
 pub const SUPER_CLUSTER_IP: &str = "tenancy.nest.dev/super-cluster-ip";
+/// Label on super StorageClasses, PriorityClasses and CRDs that every tenant gets a copy of (`"true"`).
+pub const PUBLIC_LABEL: &str = "tenancy.nest.dev/public";
+/// Label on the tenant copies of public objects.
+pub const FROM_SUPER_LABEL: &str = "tenancy.nest.dev/from-super";
 /// Label on tenant nodes the syncer made.
 pub const VIRTUAL_NODE_LABEL: &str = "tenancy.nest.dev/virtual-node";
 

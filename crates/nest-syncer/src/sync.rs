@@ -29,6 +29,8 @@ pub struct Done {
     /// Requests that changed the super cluster, and the tenant.
     pub down: usize,
     pub up: usize,
+    /// Waiting for something else to be synced first: look again shortly.
+    pub again: bool,
 }
 
 /// A worker: takes items in turn and reconciles them.
@@ -42,9 +44,16 @@ pub async fn work(syncer: Arc<Syncer>) {
                 let kind = match &item {
                     Item::Object { kind, .. } => syncer.kinds[*kind].name,
                     Item::Namespace(_) => "namespaces",
+                    Item::Event { .. } => "events",
+                    Item::Public { kind, .. } => crate::kinds::public()[*kind].0,
                 };
                 match reconcile(&syncer, &tenant, &item).await {
-                    Ok(done) => syncer.metrics.reconciled(kind, &done, began.elapsed()),
+                    Ok(done) => {
+                        syncer.metrics.reconciled(kind, &done, began.elapsed());
+                        if done.again {
+                            later(&syncer, &key, item.clone(), std::time::Duration::from_millis(500));
+                        }
+                    }
                     Err(error) => {
                         syncer.metrics.failed(kind);
                         retry(&syncer, &key, item.clone(), &error);
@@ -111,7 +120,27 @@ async fn reconcile(syncer: &Syncer, tenant: &Tenant, item: &Item) -> kube::Resul
     match item {
         Item::Namespace(name) => reconcile_namespace(syncer, tenant, name).await,
         Item::Object { kind, namespace, name } => reconcile_object(syncer, tenant, *kind, namespace, name).await,
+        Item::Event { namespace, name } => crate::events::reconcile(syncer, tenant, namespace, name).await,
+        Item::Public { kind, name } => crate::public::reconcile(syncer, tenant, *kind, name).await,
     }
+}
+
+/// Whether the tenant Service `namespace/name` exists and has no selector (its Endpoints are the tenant's to sync).
+fn selectorless(syncer: &Syncer, tenant: &Tenant, namespace: &str, name: &str) -> bool {
+    let Some(services) = syncer.kinds.iter().position(|k| k.name == "services") else { return false };
+    let reference = ObjectRef::new_with(name, syncer.kinds[services].resource.clone()).within(namespace);
+    tenant.objects[services]
+        .get(&reference)
+        .is_some_and(|s| s.data["spec"]["selector"].as_object().is_none_or(|m| m.is_empty()))
+}
+
+/// Queues the tenant whose object a super Event is about.
+pub fn enqueue_event(syncer: &Syncer, event: &k8s_openapi::api::core::v1::Event) {
+    let Some(namespace) = event.metadata.namespace.as_deref() else { return };
+    let Some(super_namespace) = syncer.super_namespaces.get(&ObjectRef::new(namespace)) else { return };
+    let Some(key) = super_namespace.labels().get(TENANT_LABEL) else { return };
+    let item = Item::Event { namespace: namespace.to_string(), name: event.name_any() };
+    syncer.queue.add(key, item);
 }
 
 /// A tenant namespace: its super namespace exists while it does (and goes, with everything in it, when it goes).
@@ -123,12 +152,12 @@ async fn reconcile_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> ku
     match (live, existing) {
         (Some(_), None) => {
             ensure_namespace(syncer, tenant, name).await?;
-            Ok(Done { down: 1, up: 0 })
+            Ok(Done { down: 1, ..Default::default() })
         }
         (None, Some(existing)) if ours && existing.metadata.deletion_timestamp.is_none() => {
             let api: Api<Namespace> = Api::all(syncer.super_client.clone());
             ignore_gone(api.delete(&super_name, &DeleteParams::default()).await)?;
-            Ok(Done { down: 1, up: 0 })
+            Ok(Done { down: 1, ..Default::default() })
         }
         _ => Ok(Done::default()),
     }
@@ -162,7 +191,15 @@ async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube:
     }
 }
 
-fn ignore_gone<T>(result: kube::Result<T>) -> kube::Result<()> {
+/// Whether the super object `namespace/name` of synced kind `kind` exists.
+fn super_has(syncer: &Syncer, kind: &str, namespace: &str, name: &str) -> bool {
+    syncer.kinds.iter().position(|k| k.name == kind).is_some_and(|index| {
+        let reference = ObjectRef::new_with(name, syncer.kinds[index].resource.clone()).within(namespace);
+        syncer.super_objects[index].get(&reference).is_some()
+    })
+}
+
+pub(crate) fn ignore_gone<T>(result: kube::Result<T>) -> kube::Result<()> {
     match result {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
@@ -178,6 +215,10 @@ async fn reconcile_object(
     name: &str,
 ) -> kube::Result<Done> {
     let spec = &syncer.kinds[kind];
+    let filled = |ready: &std::sync::atomic::AtomicBool| ready.load(std::sync::atomic::Ordering::SeqCst);
+    if !filled(&tenant.kind_ready[kind]) || !filled(&syncer.super_ready[kind]) {
+        return Ok(Done { again: true, ..Default::default() });
+    }
     let reference = ObjectRef::new_with(name, spec.resource.clone()).within(namespace);
     let tenant_object = tenant.objects[kind].get(&reference);
     let super_namespace = names::super_namespace(&tenant.key, namespace);
@@ -205,6 +246,7 @@ async fn reconcile_object(
     let wanted = tenant_value
         .as_ref()
         .filter(|t| t["metadata"]["deletionTimestamp"].is_null())
+        .filter(|_| spec.name != "endpoints" || selectorless(syncer, tenant, namespace, name))
         .and_then(|t| (spec.down)(t, &mapping));
     let mut done = Done::default();
     let super_api = super_api(syncer, kind, &super_namespace);
@@ -236,6 +278,14 @@ async fn reconcile_object(
 
     let Some(existing) = super_value else {
         ensure_namespace(syncer, tenant, namespace).await?;
+        // A pod's account first (the super cluster may refuse a pod whose account does not exist).
+        let account = wanted["spec"]["serviceAccountName"].as_str().unwrap_or("default");
+        if spec.name == "pods"
+            && account != "default"
+            && !super_has(syncer, "serviceaccounts", &super_namespace, account)
+        {
+            return Ok(Done { again: true, ..done });
+        }
         let object: DynamicObject = serde_json::from_value(wanted).map_err(kube::Error::SerdeError)?;
         match super_api.create(&PostParams::default(), &object).await {
             Ok(_) => done.down += 1,

@@ -35,8 +35,11 @@ pub struct Tenant {
     /// The tenant's objects, one store per synced kind.
     pub objects: Vec<Store<DynamicObject>>,
     pub namespaces: Store<Namespace>,
-    /// Whether every store has been filled once (before that, nothing is deleted on the tenant's behalf).
+    /// Whether the built-in kinds' stores have been filled once (before that, nothing is done for the tenant).
     pub ready: AtomicBool,
+    /// Whether each kind's store has been filled once (a custom resource's only once the tenant has its CRD); an
+    /// object of a kind whose stores are not filled on both sides waits, so that nothing is deleted for lack of news.
+    pub kind_ready: Vec<AtomicBool>,
     /// Whether the tenant's API server answered the last check.
     pub healthy: AtomicBool,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
@@ -201,9 +204,12 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         objects.push(writer.as_reader());
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
         let (queue_owner, key) = (syncer.clone(), found.key.clone());
-        let feed = reflector::reflector(writer, watcher(api, Default::default()).default_backoff())
+        let feed = reflector::reflector(writer, watcher(api, Default::default()).backoff(crate::Retry::new()))
             .touched_objects()
             .for_each(move |object| {
+                if let Err(error) = &object {
+                    tracing::debug!(tenant = %key, %error, "watching the tenant");
+                }
                 if let Ok(object) = object {
                     let item = Item::Object {
                         kind: index,
@@ -220,7 +226,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
     let (queue_owner, key) = (syncer.clone(), found.key.clone());
     let feed = reflector::reflector(
         writer,
-        watcher(Api::<Namespace>::all(client.clone()), Default::default()).default_backoff(),
+        watcher(Api::<Namespace>::all(client.clone()), Default::default()).backoff(crate::Retry::new()),
     )
     .touched_objects()
     .for_each(move |namespace| {
@@ -240,6 +246,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         objects,
         namespaces,
         ready: AtomicBool::new(false),
+        kind_ready: syncer.kinds.iter().map(|_| AtomicBool::new(false)).collect(),
         healthy: AtomicBool::new(true),
         tasks: std::sync::Mutex::new(Vec::new()),
     });
@@ -253,12 +260,25 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
 /// checks that its API server answers.
 async fn patrol(syncer: Arc<Syncer>, tenant: std::sync::Weak<Tenant>) {
     {
-        let Some(tenant) = tenant.upgrade() else { return };
-        for store in &tenant.objects {
-            let _ = store.wait_until_ready().await;
+        let Some(strong) = tenant.upgrade() else { return };
+        for (index, store) in strong.objects.iter().enumerate() {
+            let (store, weak) = (store.clone(), tenant.clone());
+            tokio::spawn(async move {
+                if store.wait_until_ready().await.is_ok()
+                    && let Some(tenant) = weak.upgrade()
+                {
+                    tenant.kind_ready[index].store(true, Ordering::SeqCst);
+                }
+            });
+        }
+        let tenant = strong;
+        // The stores are waited for by the tasks above only: a kube-runtime store wakes one waiter.
+        while !tenant.kind_ready[..syncer.built_in].iter().all(|ready| ready.load(Ordering::SeqCst)) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let _ = tenant.namespaces.wait_until_ready().await;
         tenant.ready.store(true, Ordering::SeqCst);
+        tracing::debug!(tenant = %tenant.key, "the tenant's caches are filled");
     }
     loop {
         let Some(tenant) = tenant.upgrade() else { return };
@@ -310,6 +330,7 @@ pub fn enqueue_all(syncer: &Syncer, tenant: &Tenant) -> usize {
             items.insert(Item::Namespace(name.clone()));
         }
     }
+    items.extend(crate::public::items(syncer));
     let count = items.len();
     for item in items {
         syncer.queue.add(&tenant.key, item);

@@ -81,12 +81,62 @@ spec:
   ports: [{port: 80, targetPort: 8080}]
 "#;
 
+const EXTERNAL: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: external}
+spec:
+  ports: [{port: 443}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: external}
+subsets:
+- addresses: [{ip: 10.1.2.3}]
+  ports: [{port: 443}]
+"#;
+
+/// What the super cluster shares with its tenants: a StorageClass, and the CRD of a kind the syncer is told to sync.
+const SHARED: &str = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: shared-fast, labels: {tenancy.nest.dev/public: "true"}}
+provisioner: example.com/fast
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com, labels: {tenancy.nest.dev/public: "true"}}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
 #[test]
 fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     let node_dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let (server, _components) = management("127.123.0.0/16", "127.23.0.0/16", node_dir.path());
-    let syncer_args = ["syncer", "--patrol-seconds", "2", "--metrics-listen", "127.0.0.1:0"];
+    let syncer_args = [
+        "syncer",
+        "--patrol-seconds",
+        "2",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--sync-resource",
+        "example.com/v1/Widget",
+    ];
     let mut syncer = Component::run(&server, &syncer_args);
     eventually(60, "the manager's CRDs served", || server.kubectl(&["get", "nestedcontrolplanes"]).status.success());
     nest(&server, &["cluster", "create", "a", "--wait", "--timeout", "60s"]);
@@ -180,6 +230,51 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         .output()
         .unwrap();
     assert_ne!(String::from_utf8_lossy(&refused.stdout), "200", "the kubelet endpoint answered a stranger");
+
+    // What else goes down and comes up: accounts, the Endpoints of a Service without a selector, Events, the classes
+    // the super cluster shares, and a custom resource (the worked example of docs/ARCHITECTURE.md).
+    tenant_ok(&server, "a", dir, &["create", "serviceaccount", "builder"]);
+    let extra = dir.join("extra.yaml");
+    std::fs::write(&extra, EXTERNAL).unwrap();
+    tenant_ok(&server, "a", dir, &["create", "--validate=false", "-f", extra.to_str().unwrap()]);
+    server.apply_manifest(SHARED);
+    eventually(30, "the account and the Endpoints synced", || {
+        server.kubectl(&["get", "serviceaccount", "builder", "-n", &a_default]).status.success()
+            && server.json(&["get", "endpoints", "external", "-n", &a_default])["subsets"][0]["addresses"][0]["ip"]
+                == "10.1.2.3"
+    });
+    let events = items(&tenant_json(&server, "a", dir, &["get", "events"]));
+    let scheduled = events.iter().find(|e| e["reason"] == "Scheduled").unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(scheduled["involvedObject"]["namespace"], "default");
+    let message = scheduled["message"].as_str().unwrap();
+    assert!(message.contains("default/") && !message.contains(&a_default), "{message}");
+    for tenant_name in ["a", "b"] {
+        eventually(30, "the shared StorageClass in each tenant", || {
+            tenant(&server, tenant_name, dir, &["get", "storageclass", "shared-fast"]).status.success()
+        });
+    }
+    server.ok(&["label", "storageclass", "shared-fast", "tenancy.nest.dev/public-"]);
+    eventually(30, "the StorageClass no longer shared", || {
+        !tenant(&server, "a", dir, &["get", "storageclass", "shared-fast"]).status.success()
+    });
+    eventually(60, "the Widget CRD in the tenant", || {
+        tenant(&server, "a", dir, &["get", "crd", "widgets.example.com"]).status.success()
+    });
+    let widget = dir.join("widget.yaml");
+    std::fs::write(&widget, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n")
+        .unwrap();
+    eventually(30, "the tenant serving Widgets", || {
+        tenant(&server, "a", dir, &["create", "--validate=false", "-f", widget.to_str().unwrap()]).status.success()
+    });
+    eventually(60, "the Widget in the super cluster", || {
+        server.kubectl(&["get", "widget", "w1", "-n", &a_default]).status.success()
+    });
+    assert_eq!(server.json(&["get", "widget", "w1", "-n", &a_default])["spec"]["size"], 3);
+    let status = r#"{"status":{"phase":"Built"}}"#;
+    server.ok(&["patch", "widget", "w1", "-n", &a_default, "--subresource=status", "--type=merge", "-p", status]);
+    eventually(30, "the Widget's status in the tenant", || {
+        tenant_json(&server, "a", dir, &["get", "widget", "w1"])["status"]["phase"] == "Built"
+    });
 
     // The counters.
     let address = syncer

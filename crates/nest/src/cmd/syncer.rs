@@ -22,12 +22,24 @@ pub struct Args {
     /// The address tenants' API servers reach this syncer at, for `kubectl logs` through their virtual nodes.
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     kubelet_address: std::net::IpAddr,
+    /// A custom resource kind to sync as well, `GROUP/VERSION/KIND` (spec down, status up); repeatable. Its CRD must
+    /// exist in the super cluster; labelled `tenancy.nest.dev/public=true` there, it is copied into every tenant.
+    #[arg(long = "sync-resource", value_name = "GROUP/VERSION/KIND", value_parser = parse_gvk)]
+    sync_resources: Vec<(String, String, String)>,
+}
+
+pub fn parse_gvk(text: &str) -> Result<(String, String, String), String> {
+    nest_syncer::kinds::parse_gvk(text).ok_or_else(|| format!("{text:?} is not GROUP/VERSION/KIND"))
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let (client, _) = nest_controllers::connect(&args.kubeconfig).await?;
-    let options =
-        nest_syncer::Options { patrol: Duration::from_secs(args.patrol_seconds.max(1)), ..Default::default() };
+    let options = nest_syncer::Options {
+        patrol: Duration::from_secs(args.patrol_seconds.max(1)),
+        kubelet_address: args.kubelet_address,
+        custom: args.sync_resources.clone(),
+        ..Default::default()
+    };
     let (syncer, running) = nest_syncer::start(client, options);
     if let Some(address) = args.metrics_listen {
         let listener =

@@ -21,6 +21,10 @@ pub struct Args {
     /// Do not create the first tenant cluster, `demo`, on a new data directory.
     #[arg(long)]
     no_demo: bool,
+    /// A custom resource kind the syncer copies from tenants too, `GROUP/VERSION/KIND`; repeatable (see `nest
+    /// syncer --help`).
+    #[arg(long = "sync-resource", value_name = "GROUP/VERSION/KIND", value_parser = super::syncer::parse_gvk)]
+    sync_resources: Vec<(String, String, String)>,
 }
 
 /// Creates the `demo` cluster once the manager has installed the CRDs, and marks the data directory so that it is
@@ -84,7 +88,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(nest_scheduler::run(client.clone()));
     tokio::spawn(nest_node::proxy::run(client.clone()));
     tokio::spawn(super::manager::manage(client.clone(), Default::default(), nest_capn::controllers::Set::ALL, true));
-    tokio::spawn(nest_syncer::run(client.clone(), Default::default()));
+    let syncing = nest_syncer::Options { custom: args.sync_resources.clone(), ..Default::default() };
+    tokio::spawn(nest_syncer::run(client.clone(), syncing));
     let marker = args.data_dir.join("demo-created");
     let demo = !args.no_demo && !marker.exists();
     if demo {
