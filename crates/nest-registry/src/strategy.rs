@@ -95,6 +95,17 @@ impl Strategy for Secret {
         if obj.get("type").is_none_or(|t| t.as_str().is_none_or(str::is_empty)) {
             obj["type"] = Value::String("Opaque".into());
         }
+        // `stringData` is write-only: its entries go into `data`, winning over entries of the same key, as the core
+        // v1 conversion does.
+        if let Some(Value::Object(strings)) = obj.as_object_mut().and_then(|o| o.remove("stringData")) {
+            if !obj.get("data").is_some_and(Value::is_object) {
+                obj["data"] = serde_json::json!({});
+            }
+            for (key, value) in strings {
+                let text = value.as_str().unwrap_or_default();
+                obj["data"][key] = Value::String(crate::base64::encode(text.as_bytes()));
+            }
+        }
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {

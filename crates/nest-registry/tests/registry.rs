@@ -156,6 +156,22 @@ async fn workloads_are_validated_as_kube_apiserver_validates_them() {
 }
 
 #[tokio::test]
+async fn secret_string_data_is_written_into_data() {
+    let f = Fixture::new().await;
+    let secrets = f.r("", "secrets");
+    let body =
+        json!({"metadata": {"name": "s"}, "data": {"a": "b2xk", "b": "b2xk"}, "stringData": {"b": "new", "c": "x"}});
+    let created = f.registry.create(&secrets, "ns", body, false).await.unwrap();
+    assert_eq!(created["data"], json!({"a": "b2xk", "b": "bmV3", "c": "eA=="}));
+    assert!(created.get("stringData").is_none(), "stringData is not stored: {created}");
+    assert_eq!(created["type"], "Opaque");
+    let mut update = created.clone();
+    update["stringData"] = json!({"a": "changed"});
+    let updated = f.registry.update(&secrets, "ns", "s", update, Subresource::Main, false).await.unwrap();
+    assert_eq!(updated["data"]["a"], "Y2hhbmdlZA==");
+}
+
+#[tokio::test]
 async fn finalizers_hold_deletion_until_removed() {
     let f = Fixture::new().await;
     let cms = f.r("", "configmaps");

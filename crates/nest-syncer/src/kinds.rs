@@ -201,7 +201,8 @@ fn pick(object: &Value, fields: &[&str]) -> Value {
 fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
     let mut spec = spec.clone();
     let Some(map) = spec.as_object_mut() else { return json!({}) };
-    for field in ["nodeName", "serviceAccount", "nodeSelector"] {
+    // A node selector stays: virtual nodes carry the super nodes' names and labels.
+    for field in ["nodeName", "serviceAccount"] {
         map.remove(field);
     }
     // The tenant's account is synced too; its token is not mounted (the super cluster cannot issue it).

@@ -58,6 +58,8 @@ pub struct Options {
     pub kubelet_address: std::net::IpAddr,
     /// Custom resource kinds to sync as well (group, version, kind): spec down, status up.
     pub custom: Vec<(String, String, String)>,
+    /// Also write a super Service's ClusterIP into its tenant Service's `spec.externalIPs`.
+    pub service_external_ips: bool,
 }
 
 impl Default for Options {
@@ -68,6 +70,7 @@ impl Default for Options {
             node_grace: Duration::from_secs(60),
             kubelet_address: std::net::Ipv4Addr::LOCALHOST.into(),
             custom: Vec::new(),
+            service_external_ips: false,
         }
     }
 }
@@ -101,6 +104,21 @@ impl kube::runtime::utils::Backoff for Retry {
     fn reset(&mut self) {
         self.0 = Duration::from_millis(250);
     }
+}
+
+/// Keeps of a super pod only what the syncer reads (its metadata, status, node, and containers' names and images),
+/// so that the cache of ten thousand pods stays small.
+fn prune_super_pod(pod: &mut DynamicObject) {
+    let spec = &pod.data["spec"];
+    let containers: Vec<serde_json::Value> = spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| serde_json::json!({"name": c["name"], "image": c["image"]}))
+        .collect();
+    let pruned = serde_json::json!({"nodeName": spec["nodeName"], "containers": containers});
+    pod.data["spec"] = pruned;
+    pod.metadata.managed_fields = None;
 }
 
 /// What one reconcile works on: an object of a tenant.
@@ -164,16 +182,20 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(super_client.clone(), &kind.resource);
         let slot = syncer_slot.clone();
-        let feed = reflector::reflector(writer, watcher(api, tenant_selector.clone()).backoff(Retry::new()))
-            .touched_objects()
-            .for_each(move |object| {
-                match (object, slot.get()) {
-                    (Ok(object), Some(syncer)) => sync::enqueue_super(syncer, index, &object),
-                    (Err(error), _) => tracing::debug!(%error, "watching the super cluster"),
-                    _ => {}
-                }
-                async {}
-            });
+        let pods = kind.name == "pods";
+        let stream = watcher(api, tenant_selector.clone()).backoff(Retry::new()).modify(move |object| {
+            if pods {
+                prune_super_pod(object);
+            }
+        });
+        let feed = reflector::reflector(writer, stream).touched_objects().for_each(move |object| {
+            match (object, slot.get()) {
+                (Ok(object), Some(syncer)) => sync::enqueue_super(syncer, index, &object),
+                (Err(error), _) => tracing::debug!(%error, "watching the super cluster"),
+                _ => {}
+            }
+            async {}
+        });
         feeds.push(Box::pin(feed));
         super_objects.push(store);
     }

@@ -18,8 +18,8 @@ struct Counts {
     failures: BTreeMap<&'static str, u64>,
     /// tenant → (items taken, seconds waited).
     waits: BTreeMap<String, (u64, f64)>,
-    /// tenant → (patrol rounds, items queued by them).
-    patrols: BTreeMap<String, (u64, u64)>,
+    /// tenant → (patrol rounds, items queued by them, seconds spent comparing).
+    patrols: BTreeMap<String, (u64, u64, f64)>,
     health: BTreeMap<String, bool>,
 }
 
@@ -52,11 +52,12 @@ impl Metrics {
             entry.1 += waited.as_secs_f64();
         });
     }
-    pub fn patrolled(&self, tenant: &str, queued: usize) {
+    pub fn patrolled(&self, tenant: &str, queued: usize, took: Duration) {
         self.with(|c| {
             let entry = c.patrols.entry(tenant.to_string()).or_default();
             entry.0 += 1;
             entry.1 += queued as u64;
+            entry.2 += took.as_secs_f64();
         });
     }
     pub fn set_health(&self, tenant: &str, healthy: bool) {
@@ -125,9 +126,17 @@ pub fn render(syncer: &Syncer) -> String {
         "Time items waited in the queue, per tenant.",
         waits,
     );
-    let patrols = c.patrols.iter().map(|(t, (n, _))| (tenant(t), n.to_string()));
+    let patrols = c.patrols.iter().map(|(t, (n, _, _))| (tenant(t), n.to_string()));
     family(&mut out, "nest_syncer_patrols_total", "counter", "Patrol rounds, per tenant.", patrols);
-    let compared = c.patrols.iter().map(|(t, (_, n))| (tenant(t), n.to_string()));
+    let scans = c.patrols.iter().map(|(t, (_, _, s))| (tenant(t), format!("{s:.6}")));
+    family(
+        &mut out,
+        "nest_syncer_patrol_scan_seconds_total",
+        "counter",
+        "Time patrols spent comparing both sides' caches (the reconciles they queue are counted apart), per tenant.",
+        scans,
+    );
+    let compared = c.patrols.iter().map(|(t, (_, n, _))| (tenant(t), n.to_string()));
     family(&mut out, "nest_syncer_patrol_items_total", "counter", "Objects compared by patrols, per tenant.", compared);
     let health = c.health.iter().map(|(t, h)| (tenant(t), u8::from(*h).to_string()));
     family(&mut out, "nest_syncer_tenant_healthy", "gauge", "1 while the tenant's API server answers.", health);

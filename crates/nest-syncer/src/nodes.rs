@@ -23,15 +23,17 @@ use crate::tenants::Tenant;
 const REFRESH: Duration = Duration::from_secs(10);
 
 /// The status a virtual node shows for super node `node`: its capacity, conditions (heartbeat now) and system
-/// information; its InternalIP and kubelet port are the tenant's kubelet endpoint on the syncer.
+/// information; its InternalIP and kubelet port are the tenant's kubelet endpoint on the syncer, when it has one.
 fn status_of(syncer: &Syncer, tenant: &Tenant, node: &Node) -> NodeStatus {
     let status = node.status.clone().unwrap_or_default();
-    let mut addresses: Vec<NodeAddress> =
-        status.addresses.unwrap_or_default().into_iter().filter(|a| a.type_ != "InternalIP").collect();
-    addresses
-        .insert(0, NodeAddress { type_: "InternalIP".into(), address: syncer.options.kubelet_address.to_string() });
-    let endpoints =
-        NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(tenant.kubelet_port) }) };
+    let mut addresses = status.addresses.unwrap_or_default();
+    let mut endpoints = None;
+    if let Some(port) = tenant.kubelet_port {
+        addresses.retain(|a| a.type_ != "InternalIP");
+        let address = syncer.options.kubelet_address.to_string();
+        addresses.insert(0, NodeAddress { type_: "InternalIP".into(), address });
+        endpoints = Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(port) }) });
+    }
     let now = Time(jiff::Timestamp::now());
     let conditions = status.conditions.map(|conditions| {
         conditions
@@ -46,7 +48,7 @@ fn status_of(syncer: &Syncer, tenant: &Tenant, node: &Node) -> NodeStatus {
         capacity: status.capacity,
         allocatable: status.allocatable,
         addresses: Some(addresses),
-        daemon_endpoints: Some(endpoints),
+        daemon_endpoints: endpoints,
         conditions,
         node_info: status.node_info,
         ..Default::default()

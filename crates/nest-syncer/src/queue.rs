@@ -18,6 +18,12 @@ struct Lane<K> {
     taken: u32,
 }
 
+impl<K> Lane<K> {
+    fn new() -> Lane<K> {
+        Lane { items: VecDeque::new(), queued: HashSet::new(), weight: 1, taken: 0 }
+    }
+}
+
 struct Inner<K> {
     lanes: BTreeMap<String, Lane<K>>,
     /// Tenants with items, in turn order.
@@ -55,12 +61,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
             inner.again.insert(flight);
             return;
         }
-        let lane = inner.lanes.entry(tenant.to_string()).or_insert_with(|| Lane {
-            items: VecDeque::new(),
-            queued: HashSet::new(),
-            weight: 1,
-            taken: 0,
-        });
+        let lane = inner.lanes.entry(tenant.to_string()).or_insert_with(Lane::new);
         if !lane.queued.insert(key.clone()) {
             return;
         }
@@ -75,9 +76,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     /// How many items `tenant` takes per turn (1 unless set).
     pub fn set_weight(&self, tenant: &str, weight: u32) {
         let mut inner = self.inner.lock().expect("the queue lock");
-        if let Some(lane) = inner.lanes.get_mut(tenant) {
-            lane.weight = weight.max(1);
-        }
+        inner.lanes.entry(tenant.to_string()).or_insert_with(Lane::new).weight = weight.max(1);
     }
 
     /// The next item, in turn, with how long it waited; the caller calls [`Queue::done`] after working on it.

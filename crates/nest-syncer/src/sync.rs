@@ -380,6 +380,16 @@ async fn upward(
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             changes += 1;
         }
+        // Optionally, also as an external IP of the tenant Service, which tenant clients resolve like any other.
+        let external = json!([address]);
+        if syncer.options.service_external_ips
+            && address.as_str().is_some_and(|a| !a.is_empty() && a != "None")
+            && tenant_value["spec"]["externalIPs"] != external
+        {
+            let patch = json!({"spec": {"externalIPs": external}});
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            changes += 1;
+        }
     }
     if spec.name == "pods" {
         let node = super_value["spec"]["nodeName"].as_str().unwrap_or_default();

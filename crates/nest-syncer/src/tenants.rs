@@ -31,7 +31,7 @@ pub struct Tenant {
     /// Where the tenant's API server is reached from the super cluster's pods.
     pub api_server: (String, i32),
     /// The port of the tenant's kubelet endpoint ([`crate::kubelet`]), on the syncer's kubelet address.
-    pub kubelet_port: u16,
+    pub kubelet_port: Option<u16>,
     /// The tenant's objects, one store per synced kind.
     pub objects: Vec<Store<DynamicObject>>,
     pub namespaces: Store<Namespace>,
@@ -53,9 +53,15 @@ impl Drop for Tenant {
     }
 }
 
+/// The annotation on a NestedControlPlane (or its Cluster) giving its tenant a larger share of the syncer's queue:
+/// a tenant of weight 3 gets three items per turn to another's one.
+pub const WEIGHT_ANNOTATION: &str = "tenancy.nest.dev/weight";
+
 /// A control plane found in the super cluster.
 struct Found {
     key: String,
+    /// The tenant's share of the work queue (annotation [`WEIGHT_ANNOTATION`], default 1).
+    weight: u32,
     namespace: String,
     cluster: String,
     /// Ready, with an endpoint.
@@ -102,8 +108,14 @@ async fn look(planes: &Api<NestedControlPlane>, clusters: &Api<Cluster>) -> kube
             || cluster.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
         let ready = plane.status.as_ref().is_some_and(|s| s.ready || s.initialized);
         let endpoint = plane.spec.control_plane_endpoint.clone().filter(|e| ready && !e.is_zero());
+        let weight = cluster
+            .and_then(|c| c.annotations().get(WEIGHT_ANNOTATION).cloned())
+            .or_else(|| plane.annotations().get(WEIGHT_ANNOTATION).cloned())
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(1);
         found.push(Found {
             key: names::cluster_key(&namespace, &cluster_name, &uid),
+            weight,
             namespace,
             cluster: cluster_name,
             endpoint: endpoint.map(|e| (e.host, e.port)),
@@ -122,6 +134,7 @@ async fn reconcile(syncer: &Arc<Syncer>, found: &[Found]) {
             tracing::info!(tenant = %key, "tenant deleted; removing its objects from the super cluster");
             syncer.tenants.write().expect("the tenants lock").remove(&key);
             syncer.queue.remove_tenant(&key);
+            syncer.metrics.forget(&key);
             remove_everything(syncer, &key).await;
         }
     }
@@ -129,6 +142,7 @@ async fn reconcile(syncer: &Arc<Syncer>, found: &[Found]) {
         remove_everything(syncer, &tenant.key).await;
     }
     for candidate in found.iter().filter(|f| !f.gone) {
+        syncer.queue.set_weight(&candidate.key, candidate.weight);
         let Some(endpoint) = &candidate.endpoint else { continue };
         if syncer.tenant(&candidate.key).is_some() {
             continue;
@@ -196,8 +210,18 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -> Result<Arc<Tenant>> {
     let client = tenant_client(syncer, found).await?;
     client.apiserver_version().await?;
-    let (kubelet_port, kubelet) = crate::kubelet::start(syncer, &found.namespace, &found.cluster, &found.key).await?;
-    let mut tasks = vec![kubelet];
+    let mut tasks = Vec::new();
+    // Without the cluster's CA there is no kubelet endpoint: the tenant syncs, but its logs cannot be read.
+    let kubelet_port = match crate::kubelet::start(syncer, &found.namespace, &found.cluster, &found.key).await {
+        Ok((port, task)) => {
+            tasks.push(task);
+            Some(port)
+        }
+        Err(error) => {
+            tracing::warn!(tenant = %found.key, %error, "no kubelet endpoint: `kubectl logs` will not reach synced pods");
+            None
+        }
+    };
     let mut objects = Vec::new();
     for (index, kind) in syncer.kinds.iter().enumerate() {
         let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
@@ -292,8 +316,9 @@ async fn patrol(syncer: Arc<Syncer>, tenant: std::sync::Weak<Tenant>) {
         }
         syncer.metrics.set_health(&tenant.key, healthy);
         if healthy {
+            let began = std::time::Instant::now();
             let queued = enqueue_all(&syncer, &tenant);
-            syncer.metrics.patrolled(&tenant.key, queued);
+            syncer.metrics.patrolled(&tenant.key, queued, began.elapsed());
         }
         let interval = syncer.options.patrol;
         drop(tenant);

@@ -136,6 +136,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         "127.0.0.1:0",
         "--sync-resource",
         "example.com/v1/Widget",
+        "--service-external-ips",
     ];
     let mut syncer = Component::run(&server, &syncer_args);
     eventually(60, "the manager's CRDs served", || server.kubectl(&["get", "nestedcontrolplanes"]).status.success());
@@ -207,7 +208,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     eventually(30, "the tenant Service's super address", || {
         let service = tenant_json(&server, "a", dir, &["get", "service", "echo"]);
         address = service["metadata"]["annotations"]["tenancy.nest.dev/super-cluster-ip"].as_str().unwrap_or("").into();
-        !address.is_empty()
+        !address.is_empty() && service["spec"]["externalIPs"][0] == address.as_str()
     });
     let mut answer = String::new();
     eventually(30, "the Service answering", || {
@@ -312,3 +313,52 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     });
     assert_eq!(running_on(&items(&tenant_json(&server, "b", dir, &["get", "pods"])), "host"), 1);
 }
+
+/// One tenant's backlog does not hold up another: while tenant `busy` has 2,000 pods to sync, tenant `quiet`'s 10
+/// pods are Running within 30 s. (`busy`'s pods name a scheduler nobody runs, so they stay Pending in the super
+/// cluster and load the syncer only.)
+#[test]
+fn a_tenant_with_thousands_of_pods_does_not_starve_another() {
+    let node_dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (server, _components) = management("127.124.0.0/16", "127.24.0.0/16", node_dir.path());
+    let _syncer = Component::run(&server, &["syncer"]);
+    eventually(60, "the manager's CRDs served", || server.kubectl(&["get", "nestedcontrolplanes"]).status.success());
+    nest(&server, &["cluster", "create", "busy", "--wait", "--timeout", "60s"]);
+    nest(&server, &["cluster", "create", "quiet", "--wait", "--timeout", "60s"]);
+    let dir = work.path();
+    let busy = dir.join("busy.yaml");
+    std::fs::write(&busy, BUSY).unwrap();
+    tenant_ok(&server, "busy", dir, &["create", "--validate=false", "-f", busy.to_str().unwrap()]);
+    // Once busy's backlog is building up in the super cluster, quiet asks for its pods.
+    eventually(120, "busy's pods arriving in the super cluster", || {
+        super_namespace(&server, "busy", "default")
+            .is_some_and(|ns| server.ok(&["get", "pods", "-n", &ns, "-o", "name"]).lines().count() >= 100)
+    });
+    let asked = std::time::Instant::now();
+    tenant_ok(&server, "quiet", dir, &["create", "deployment", "small", "--image=nginx", "--replicas=10"]);
+    eventually(30, "quiet's ten pods Running", || {
+        running_on(&items(&tenant_json(&server, "quiet", dir, &["get", "pods"])), "host") == 10
+    });
+    let took = asked.elapsed();
+    let busy_default = super_namespace(&server, "busy", "default").unwrap();
+    let busy_synced = server.ok(&["get", "pods", "-n", &busy_default, "-o", "name"]).lines().count();
+    eprintln!("quiet's 10 pods Running after {took:?}, while {busy_synced} of busy's 2000 were in the super cluster");
+    eventually(300, "all of busy's pods synced", || {
+        server.ok(&["get", "pods", "-n", &busy_default, "-o", "name"]).lines().count() == 2000
+    });
+}
+
+const BUSY: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: many}
+spec:
+  replicas: 2000
+  selector: {matchLabels: {app: many}}
+  template:
+    metadata: {labels: {app: many}}
+    spec:
+      schedulerName: nobody
+      containers: [{name: c, image: nginx}]
+"#;

@@ -6,6 +6,7 @@ mod api;
 mod cluster;
 mod stats;
 mod store;
+mod sync;
 mod tenants;
 
 use std::time::Duration;
@@ -22,6 +23,8 @@ pub enum Bench {
     Cluster(cluster::Args),
     /// Tenant clusters (Cluster + NestedCluster + NestedControlPlane) run as processes: time to ready, memory.
     Tenants(tenants::Args),
+    /// The syncer: pods created in many tenants at once, to the super cluster and Running; memory; resync.
+    Sync(sync::Args),
 }
 
 pub async fn run(which: Bench) -> anyhow::Result<()> {
@@ -30,6 +33,7 @@ pub async fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Api(args) => api::run(args).await,
         Bench::Cluster(args) => cluster::run(args).await,
         Bench::Tenants(args) => tenants::run(args).await,
+        Bench::Sync(args) => sync::run(args).await,
     }
 }
 

@@ -26,6 +26,9 @@ pub struct Args {
     /// exist in the super cluster; labelled `tenancy.nest.dev/public=true` there, it is copied into every tenant.
     #[arg(long = "sync-resource", value_name = "GROUP/VERSION/KIND", value_parser = parse_gvk)]
     sync_resources: Vec<(String, String, String)>,
+    /// Also write each super Service's ClusterIP into its tenant Service's `spec.externalIPs`.
+    #[arg(long)]
+    service_external_ips: bool,
 }
 
 pub fn parse_gvk(text: &str) -> Result<(String, String, String), String> {
@@ -38,6 +41,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         patrol: Duration::from_secs(args.patrol_seconds.max(1)),
         kubelet_address: args.kubelet_address,
         custom: args.sync_resources.clone(),
+        service_external_ips: args.service_external_ips,
         ..Default::default()
     };
     let (syncer, running) = nest_syncer::start(client, options);
