@@ -76,6 +76,33 @@ pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, namespace: &str, name: 
     }
 }
 
+/// Records a Warning Event about object `kind` `namespace/name` (UID `uid`) in `client`'s cluster, from the syncer.
+pub async fn tell(
+    client: &kube::Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    uid: Option<String>,
+    reason: &str,
+    message: &str,
+) {
+    let now = jiff::Timestamp::now().to_string();
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": format!("{name}."), "namespace": namespace},
+        "involvedObject": {"kind": kind, "name": name, "namespace": namespace, "uid": uid},
+        "reason": reason, "message": message, "type": "Warning", "count": 1,
+        "firstTimestamp": now, "lastTimestamp": now,
+        "source": {"component": "nest-syncer"}, "reportingComponent": "nest-syncer",
+    });
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
+    if let Ok(event) = serde_json::from_value(strip_nulls(event))
+        && let Err(error) = api.create(&PostParams::default(), &event).await
+    {
+        tracing::debug!(%error, "recording an event");
+    }
+}
+
 fn strip_nulls(value: Value) -> Value {
     match value {
         Value::Object(map) => {

@@ -60,6 +60,9 @@ pub struct Options {
     pub custom: Vec<(String, String, String)>,
     /// Also write a super Service's ClusterIP into its tenant Service's `spec.externalIPs`.
     pub service_external_ips: bool,
+    /// Label and annotation prefixes that flow up: what the super cluster (its controllers, admission) sets under
+    /// them on a super object appears on the tenant object.
+    pub transparent_prefixes: Vec<String>,
 }
 
 impl Default for Options {
@@ -71,6 +74,7 @@ impl Default for Options {
             kubelet_address: std::net::Ipv4Addr::LOCALHOST.into(),
             custom: Vec::new(),
             service_external_ips: false,
+            transparent_prefixes: vec![names::TRANSPARENT_PREFIX.to_string()],
         }
     }
 }
@@ -154,6 +158,8 @@ pub struct Syncer {
     /// Public objects, one store per kind of `kinds::public()`.
     pub public: Vec<Store<DynamicObject>>,
     pub metrics: metrics::Metrics,
+    /// Consecutive failures per item, for back-off.
+    pub failures: std::sync::Mutex<std::collections::HashMap<(String, Item), u32>>,
 }
 
 impl Syncer {
@@ -261,6 +267,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         super_events,
         public,
         metrics: metrics::Metrics::default(),
+        failures: Default::default(),
     });
     let _ = syncer_slot.set(syncer.clone());
     let feeds = futures_util::future::join_all(feeds);

@@ -22,6 +22,9 @@ pub const FROM_SUPER_LABEL: &str = "tenancy.nest.dev/from-super";
 /// Label on tenant nodes the syncer made.
 pub const VIRTUAL_NODE_LABEL: &str = "tenancy.nest.dev/virtual-node";
 
+/// The label and annotation prefix that flows up from super objects to tenant objects by default.
+pub const TRANSPARENT_PREFIX: &str = "transparency.tenancy.nest.dev/";
+
 /// Metadata prefixes that are not copied down: the super cluster's own, and the syncer's.
 pub const RESERVED_PREFIXES: &[&str] = &["tenancy.nest.dev/", "kubectl.kubernetes.io/last-applied-configuration"];
 

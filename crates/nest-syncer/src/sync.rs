@@ -50,13 +50,14 @@ pub async fn work(syncer: Arc<Syncer>) {
                 match reconcile(&syncer, &tenant, &item).await {
                     Ok(done) => {
                         syncer.metrics.reconciled(kind, &done, began.elapsed());
+                        syncer.failures.lock().expect("the failures lock").remove(&(key.clone(), item.clone()));
                         if done.again {
                             later(&syncer, &key, item.clone(), std::time::Duration::from_millis(500));
                         }
                     }
                     Err(error) => {
                         syncer.metrics.failed(kind);
-                        retry(&syncer, &key, item.clone(), &error);
+                        retry(&syncer, &tenant, item.clone(), &error).await;
                     }
                 }
             } else {
@@ -76,16 +77,43 @@ fn later(syncer: &Arc<Syncer>, key: &str, item: Item, delay: std::time::Duration
     });
 }
 
-/// Failures to reach a server are retried after a second; a refusal (4xx) is not retried (the next change or the
-/// patrol brings the object back), since retrying cannot make it pass.
-fn retry(syncer: &Arc<Syncer>, key: &str, item: Item, error: &kube::Error) {
+/// Failures to reach a server are retried with back-off (1 s, doubling to a minute, per object). A refusal (4xx) is
+/// not retried — retrying cannot make it pass; the next change or the patrol brings the object back — and is told to
+/// the tenant as a Warning Event on the object, so its owner sees why it does not run.
+async fn retry(syncer: &Arc<Syncer>, tenant: &Tenant, item: Item, error: &kube::Error) {
+    let key = tenant.key.as_str();
     match error {
         kube::Error::Api(status) if (400..500).contains(&status.code) && status.code != 409 && status.code != 429 => {
             tracing::info!(tenant = %key, ?item, %error, "refused; not retried");
+            if let Item::Object { kind, namespace, name } = &item {
+                let reference = ObjectRef::new_with(name, syncer.kinds[*kind].resource.clone()).within(namespace);
+                if let Some(object) = tenant.objects[*kind].get(&reference) {
+                    let kind_name = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+                    let message = format!("the super cluster refused it: {}", status.message);
+                    crate::events::tell(
+                        &tenant.client,
+                        namespace,
+                        &kind_name,
+                        name,
+                        object.uid(),
+                        "SyncFailed",
+                        &message,
+                    )
+                    .await;
+                }
+            }
         }
         _ => {
-            tracing::debug!(tenant = %key, ?item, %error, "retrying");
-            later(syncer, key, item, std::time::Duration::from_secs(1));
+            let failures = {
+                let mut failures = syncer.failures.lock().expect("the failures lock");
+                let count = failures.entry((key.to_string(), item.clone())).or_insert(0);
+                *count += 1;
+                *count
+            };
+            let delay = std::time::Duration::from_secs(1u64 << failures.min(7).saturating_sub(1))
+                .min(std::time::Duration::from_secs(60));
+            tracing::debug!(tenant = %key, ?item, %error, ?delay, "retrying");
+            later(syncer, key, item, delay);
         }
     }
 }
@@ -318,10 +346,22 @@ async fn reconcile_object(
             patch.insert(field.to_string(), want.clone());
         }
     }
-    if wanted["metadata"]["labels"] != existing["metadata"]["labels"] {
-        let mut labels = wanted["metadata"]["labels"].clone();
+    // Labels as the tenant says; those under a transparent prefix are the super cluster's (they flow up instead).
+    let transparent = |key: &str| syncer.options.transparent_prefixes.iter().any(|p| key.starts_with(p.as_str()));
+    let own = |labels: &Value| -> serde_json::Map<String, Value> {
+        labels
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !transparent(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let (wanted_labels, existing_labels) = (own(&wanted["metadata"]["labels"]), own(&existing["metadata"]["labels"]));
+    if wanted_labels != existing_labels {
+        let mut labels = Value::Object(wanted_labels);
         // Labels added by hand in the super cluster are removed.
-        for key in existing["metadata"]["labels"].as_object().into_iter().flatten().map(|(k, _)| k) {
+        for key in existing_labels.keys() {
             if labels.get(key).is_none() {
                 labels[key] = Value::Null;
             }
@@ -410,6 +450,25 @@ async fn upward(
                 Err(error) => return Err(error),
             }
         }
+    }
+    // Labels and annotations the super cluster adds under the transparent prefixes flow up.
+    let mut transparent = serde_json::Map::new();
+    for field in ["labels", "annotations"] {
+        let mut changed = serde_json::Map::new();
+        for (key, value) in super_value["metadata"][field].as_object().into_iter().flatten() {
+            let passes = syncer.options.transparent_prefixes.iter().any(|p| key.starts_with(p.as_str()));
+            if passes && tenant_value["metadata"][field][key] != *value {
+                changed.insert(key.clone(), value.clone());
+            }
+        }
+        if !changed.is_empty() {
+            transparent.insert(field.to_string(), Value::Object(changed));
+        }
+    }
+    if !transparent.is_empty() {
+        let patch = json!({"metadata": transparent});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        changes += 1;
     }
     if spec.status_up {
         let mut status = super_value["status"].clone();

@@ -27,6 +27,8 @@ pub struct Tenant {
     /// The Cluster's namespace and name in the super cluster.
     pub namespace: String,
     pub cluster: String,
+    /// The NestedControlPlane's name.
+    pub plane: String,
     pub client: Client,
     /// Where the tenant's API server is reached from the super cluster's pods.
     pub api_server: (String, i32),
@@ -60,6 +62,7 @@ pub const WEIGHT_ANNOTATION: &str = "tenancy.nest.dev/weight";
 /// A control plane found in the super cluster.
 struct Found {
     key: String,
+    plane: String,
     /// The tenant's share of the work queue (annotation [`WEIGHT_ANNOTATION`], default 1).
     weight: u32,
     namespace: String,
@@ -115,6 +118,7 @@ async fn look(planes: &Api<NestedControlPlane>, clusters: &Api<Cluster>) -> kube
             .unwrap_or(1);
         found.push(Found {
             key: names::cluster_key(&namespace, &cluster_name, &uid),
+            plane: plane.name_any(),
             weight,
             namespace,
             cluster: cluster_name,
@@ -264,6 +268,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         key: found.key.clone(),
         namespace: found.namespace.clone(),
         cluster: found.cluster.clone(),
+        plane: found.plane.clone(),
         client,
         api_server,
         kubelet_port,
@@ -308,11 +313,16 @@ async fn patrol(syncer: Arc<Syncer>, tenant: std::sync::Weak<Tenant>) {
         let Some(tenant) = tenant.upgrade() else { return };
         let healthy = tenant.client.apiserver_version().await.is_ok();
         if tenant.healthy.swap(healthy, Ordering::SeqCst) != healthy {
-            if healthy {
-                tracing::info!(tenant = %tenant.key, "the tenant's API server answers again");
+            let (reason, message) = if healthy {
+                ("TenantHealthy", "the tenant's API server answers again; syncing resumed")
             } else {
-                tracing::warn!(tenant = %tenant.key, "the tenant's API server does not answer");
-            }
+                ("TenantUnhealthy", "the tenant's API server does not answer; syncing waits for it")
+            };
+            tracing::warn!(tenant = %tenant.key, "{message}");
+            // On the control plane, in the super cluster, where the platform team looks.
+            let client = &syncer.super_client;
+            crate::events::tell(client, &tenant.namespace, "NestedControlPlane", &tenant.plane, None, reason, message)
+                .await;
         }
         syncer.metrics.set_health(&tenant.key, healthy);
         if healthy {

@@ -188,11 +188,17 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     server.ok(&["label", "pod", &pod, "-n", &a_default, "app=stolen", "--overwrite"]);
     let other = super_pods[1]["metadata"]["name"].as_str().unwrap().to_string();
     server.ok(&["delete", "pod", &other, "-n", &a_default, "--grace-period=0", "--force"]);
+    // What the super cluster adds under the transparent prefix shows on the tenant's pod.
+    server.ok(&["label", "pod", &pod, "-n", &a_default, "transparency.tenancy.nest.dev/zone=z1"]);
     eventually(30, "the tenant's truth restored", || {
         let data = server.json(&["get", "configmap", "only-a", "-n", &a_default]);
         let labelled = server.json(&["get", "pod", &pod, "-n", &a_default]);
         let recreated = server.kubectl(&["get", "pod", &other, "-n", &a_default]).status.success();
         data["data"]["k"] == "v" && labelled["metadata"]["labels"]["app"] == "web" && recreated
+    });
+    eventually(30, "the transparent label on the tenant pod", || {
+        tenant_json(&server, "a", dir, &["get", "pod", &pod])["metadata"]["labels"]["transparency.tenancy.nest.dev/zone"]
+            == "z1"
     });
 
     // nest's image runs as processes through the super cluster: the tenant Service reaches them at the address the

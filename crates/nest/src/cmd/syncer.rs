@@ -29,6 +29,10 @@ pub struct Args {
     /// Also write each super Service's ClusterIP into its tenant Service's `spec.externalIPs`.
     #[arg(long)]
     service_external_ips: bool,
+    /// A label and annotation prefix whose entries on super objects flow up to the tenant's (repeatable; default
+    /// `transparency.tenancy.nest.dev/`).
+    #[arg(long = "transparent-prefix", value_name = "PREFIX")]
+    transparent_prefixes: Vec<String>,
 }
 
 pub fn parse_gvk(text: &str) -> Result<(String, String, String), String> {
@@ -42,6 +46,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         kubelet_address: args.kubelet_address,
         custom: args.sync_resources.clone(),
         service_external_ips: args.service_external_ips,
+        transparent_prefixes: if args.transparent_prefixes.is_empty() {
+            vec![nest_syncer::names::TRANSPARENT_PREFIX.to_string()]
+        } else {
+            args.transparent_prefixes.clone()
+        },
         ..Default::default()
     };
     let (syncer, running) = nest_syncer::start(client, options);
