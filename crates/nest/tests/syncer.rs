@@ -228,6 +228,34 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     let answered = echo_pods.iter().find(|p| answer.contains(p["metadata"]["name"].as_str().unwrap())).unwrap();
     let logs = tenant_ok(&server, "a", dir, &["logs", answered["metadata"]["name"].as_str().unwrap()]);
     assert!(logs.contains("http-echo") && logs.contains("GET /through-the-tenant"), "{logs}");
+    // A synced pod finds the tenant's Services by their variables (with super addresses) and its API server as
+    // `kubernetes`.
+    tenant_ok(
+        &server,
+        "a",
+        dir,
+        &[
+            "run",
+            "env-check",
+            "--image=ghcr.io/nest-dev/nest:latest",
+            "--restart=Never",
+            "--",
+            "debug",
+            "cat",
+            "--env",
+            "ECHO_SERVICE_HOST",
+            "--env",
+            "KUBERNETES_SERVICE_HOST",
+        ],
+    );
+    let api_host =
+        server.json(&["get", "ncp", "a"])["spec"]["controlPlaneEndpoint"]["host"].as_str().unwrap().to_string();
+    eventually(60, "the variables in the synced pod", || {
+        let out = tenant(&server, "a", dir, &["logs", "env-check"]);
+        let logs = String::from_utf8_lossy(&out.stdout);
+        logs.contains(&format!("$ECHO_SERVICE_HOST={address}"))
+            && logs.contains(&format!("$KUBERNETES_SERVICE_HOST={api_host}"))
+    });
     // The endpoint serving the logs answers only the tenant's API server.
     let node = &tenant_json(&server, "a", dir, &["get", "node", "host"])["status"];
     let port = node["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64().unwrap();

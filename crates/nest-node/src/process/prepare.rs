@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret,
-    Volume,
+    Service, Volume,
 };
 use kube::api::Api;
 use kube::{Client, ResourceExt};
@@ -61,17 +61,43 @@ pub struct PodFacts<'a> {
     pub node_memory: f64,
 }
 
-/// Reads ConfigMaps and Secrets of the pod's namespace, each once.
+/// Reads ConfigMaps, Secrets and Services of the pod's namespace, each once.
 pub struct Sources {
     client: Client,
     namespace: String,
     config_maps: BTreeMap<String, Option<ConfigMap>>,
     secrets: BTreeMap<String, Option<Secret>>,
+    services: Option<Vec<Service>>,
 }
 
 impl Sources {
     pub fn new(client: Client, namespace: &str) -> Sources {
-        Sources { client, namespace: namespace.into(), config_maps: BTreeMap::new(), secrets: BTreeMap::new() }
+        Sources {
+            client,
+            namespace: namespace.into(),
+            config_maps: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            services: None,
+        }
+    }
+
+    /// The Services whose variables a pod gets, as the kubelet picks them: those of the pod's namespace (with
+    /// `enableServiceLinks`, the default), and `kubernetes` of `default` always.
+    async fn services(&mut self, links: bool) -> Result<Vec<Service>, kube::Error> {
+        if self.services.is_none() {
+            let mut services = Vec::new();
+            if links {
+                let api: Api<Service> = Api::namespaced(self.client.clone(), &self.namespace);
+                services = api.list(&Default::default()).await?.items;
+            }
+            // The API server's Service, unless the namespace has its own `kubernetes` (which then wins).
+            if !services.iter().any(|s| s.metadata.name.as_deref() == Some("kubernetes")) {
+                let api: Api<Service> = Api::namespaced(self.client.clone(), "default");
+                services.extend(api.get_opt("kubernetes").await?);
+            }
+            self.services = Some(services);
+        }
+        Ok(self.services.clone().unwrap_or_default())
     }
 
     /// ConfigMap `name` as key → bytes (data and binaryData), or `None` when it does not exist.
@@ -153,7 +179,40 @@ fn resource(facts: &PodFacts, container: &Container, selector: &ResourceFieldSel
     Ok(format!("{}", (value / divisor).ceil() as i64))
 }
 
-/// The container's environment, in order: `envFrom` first, then `env`, each value expanded against what came before.
+/// A Service's variables, as the kubelet sets them (Docker links style): `<NAME>_SERVICE_HOST`, `_SERVICE_PORT` and
+/// `_SERVICE_PORT_<PORT NAME>`, `<NAME>_PORT` and `<NAME>_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR]`. Services without a
+/// ClusterIP (headless) have none.
+pub fn service_variables(service: &Service) -> Vec<(String, String)> {
+    let Some(spec) = &service.spec else { return Vec::new() };
+    let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| !ip.is_empty() && *ip != "None") else { return Vec::new() };
+    let name = service.metadata.name.clone().unwrap_or_default().to_uppercase().replace('-', "_");
+    let ports = spec.ports.clone().unwrap_or_default();
+    let Some(first) = ports.first() else { return Vec::new() };
+    let mut variables = vec![
+        (format!("{name}_SERVICE_HOST"), ip.to_string()),
+        (format!("{name}_SERVICE_PORT"), first.port.to_string()),
+    ];
+    for port in &ports {
+        if let Some(port_name) = port.name.as_deref().filter(|n| !n.is_empty()) {
+            let port_name = port_name.to_uppercase().replace('-', "_");
+            variables.push((format!("{name}_SERVICE_PORT_{port_name}"), port.port.to_string()));
+        }
+    }
+    let protocol = |p: &k8s_openapi::api::core::v1::ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+    variables.push((format!("{name}_PORT"), format!("{}://{ip}:{}", protocol(first).to_lowercase(), first.port)));
+    for port in &ports {
+        let proto = protocol(port);
+        let prefix = format!("{name}_PORT_{}_{proto}", port.port);
+        variables.push((prefix.clone(), format!("{}://{ip}:{}", proto.to_lowercase(), port.port)));
+        variables.push((format!("{prefix}_PROTO"), proto.to_lowercase()));
+        variables.push((format!("{prefix}_PORT"), port.port.to_string()));
+        variables.push((format!("{prefix}_ADDR"), ip.to_string()));
+    }
+    variables
+}
+
+/// The container's environment, in order: service links, then `envFrom`, then `env`, each value expanded against what
+/// came before.
 async fn environment(
     facts: &PodFacts<'_>,
     container: &Container,
@@ -164,6 +223,13 @@ async fn environment(
         env.retain(|(n, _)| *n != name);
         env.push((name, value));
     };
+    // Service links first: what the container declares wins over them.
+    let links = facts.pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
+    for service in sources.services(links).await? {
+        for (name, value) in service_variables(&service) {
+            set(&mut env, name, value);
+        }
+    }
     for from in container.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
         let (values, what, optional) = if let Some(reference) = &from.config_map_ref {
@@ -418,6 +484,26 @@ pub async fn launch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn services_become_variables_as_the_kubelet_makes_them() {
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-api"},
+            "spec": {"clusterIP": "10.0.0.7", "ports": [{"name": "http", "port": 80}, {"port": 53, "protocol": "UDP"}]},
+        }))
+        .unwrap();
+        let variables: BTreeMap<String, String> = service_variables(&service).into_iter().collect();
+        assert_eq!(variables["WEB_API_SERVICE_HOST"], "10.0.0.7");
+        assert_eq!(variables["WEB_API_SERVICE_PORT"], "80");
+        assert_eq!(variables["WEB_API_SERVICE_PORT_HTTP"], "80");
+        assert_eq!(variables["WEB_API_PORT"], "tcp://10.0.0.7:80");
+        assert_eq!(variables["WEB_API_PORT_53_UDP"], "udp://10.0.0.7:53");
+        assert_eq!(variables["WEB_API_PORT_53_UDP_ADDR"], "10.0.0.7");
+        let headless: Service =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}}))
+                .unwrap();
+        assert!(service_variables(&headless).is_empty());
+    }
 
     #[test]
     fn paths_under_a_mount_are_rewritten_and_others_are_not() {
