@@ -155,7 +155,8 @@ pub struct Syncer {
     pub super_nodes: Store<Node>,
     /// Events in the super cluster (those of tenants' objects are copied up).
     pub super_events: Store<Event>,
-    /// Public objects, one store per kind of `kinds::public()`.
+    /// The kinds the super cluster shares (`kinds::public()`), and their objects, one store per kind.
+    pub public_kinds: Vec<(&'static str, kube::core::ApiResource)>,
     pub public: Vec<Store<DynamicObject>>,
     pub metrics: metrics::Metrics,
     /// Consecutive failures per item, for back-off.
@@ -234,7 +235,8 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
     });
     feeds.push(Box::pin(feed));
     let mut public = Vec::new();
-    for (index, (_, resource)) in kinds::public().into_iter().enumerate() {
+    let public_kinds = kinds::public();
+    for (index, (_, resource)) in public_kinds.iter().cloned().enumerate() {
         let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
         public.push(writer.as_reader());
         let api: Api<DynamicObject> = Api::all_with(super_client.clone(), &resource);
@@ -265,6 +267,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         super_namespaces,
         super_nodes,
         super_events,
+        public_kinds,
         public,
         metrics: metrics::Metrics::default(),
         failures: Default::default(),

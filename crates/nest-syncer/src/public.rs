@@ -7,13 +7,12 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use crate::Syncer;
-use crate::kinds;
 use crate::names::FROM_SUPER_LABEL;
 use crate::sync::{Done, ignore_gone};
 use crate::tenants::Tenant;
 
 pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, kind: usize, name: &str) -> kube::Result<Done> {
-    let (_, resource) = &kinds::public()[kind];
+    let (_, resource) = &syncer.public_kinds[kind];
     let api: Api<DynamicObject> = Api::all_with(tenant.client.clone(), resource);
     let shared = syncer.public[kind].get(&ObjectRef::new_with(name, resource.clone()));
     let existing = api.get_opt(name).await?;

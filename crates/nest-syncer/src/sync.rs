@@ -45,7 +45,7 @@ pub async fn work(syncer: Arc<Syncer>) {
                     Item::Object { kind, .. } => syncer.kinds[*kind].name,
                     Item::Namespace(_) => "namespaces",
                     Item::Event { .. } => "events",
-                    Item::Public { kind, .. } => crate::kinds::public()[*kind].0,
+                    Item::Public { kind, .. } => syncer.public_kinds[*kind].0,
                 };
                 match reconcile(&syncer, &tenant, &item).await {
                     Ok(done) => {

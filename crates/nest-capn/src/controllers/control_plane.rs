@@ -37,7 +37,6 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
         return Ok(Action::await_change());
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-    let generation = plane.metadata.generation;
     let plan = Plan::of(&plane, cluster.as_ref());
     let names = plan.names.clone();
     let validity =
@@ -146,7 +145,6 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
         initialized = tenant.apiserver_version().await.is_ok();
     }
     report_components(&planes, &plane, &components, &target, refusal.as_ref(), initialized).await?;
-    let _ = generation;
     Ok(Action::requeue(LOOK_AGAIN))
 }
 
