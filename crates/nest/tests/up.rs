@@ -126,6 +126,33 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
         let out = in_demo(&["get", "pods", "-o", "jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}"]);
         String::from_utf8_lossy(&out.stdout).trim() == "Running/nest-node-0 Running/nest-node-0"
     });
+    // Both flavors' rendered manifests (the golden files, held equal to the packages' output by
+    // crates/nest-capn/tests/golden.rs) and the clusterctl cluster template pass a server-side dry run on nest up.
+    assert!(kubectl(&kubeconfig, cache.path(), &["create", "namespace", "tenants"]).status.success());
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../nest-capn/tests/golden");
+    let package = tempfile::tempdir().unwrap();
+    let wrote = Command::new(env!("CARGO_BIN_EXE_nest")).arg("clusterctl").arg(package.path()).output().unwrap();
+    assert!(wrote.status.success(), "{}", String::from_utf8_lossy(&wrote.stderr));
+    let release = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let template = std::fs::read_to_string(
+        package.path().join("infrastructure-nested").join(&release).join("cluster-template.yaml"),
+    )
+    .unwrap()
+    .replace("${CLUSTER_NAME}", "t1")
+    .replace("${NAMESPACE}", "tenants");
+    let template = with_defaults(&template);
+    let filled = package.path().join("cluster.yaml");
+    std::fs::write(&filled, template).unwrap();
+    for file in [golden.join("nest.yaml"), golden.join("kubernetes.yaml"), filled] {
+        let file = file.display().to_string();
+        let out = kubectl(&kubeconfig, cache.path(), &["apply", "--dry-run=server", "--validate=false", "-f", &file]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("(server dry run)"),
+            "{file}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
     assert_eq!(processes_with(&marker), 0, "nest up left a process behind");
 
@@ -134,4 +161,18 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
     assert_eq!(String::from_utf8_lossy(&demo.stdout), "Active", "the cluster resumes where it left off");
     eventually(30, "the sleeper started again", || processes_with(&marker) == 1);
     assert!(stop(child).success());
+}
+
+/// clusterctl's `${NAME:=default}` variables, each replaced by its default.
+fn with_defaults(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').unwrap() + start;
+        let (_, default) = rest[start + 2..end].split_once(":=").expect("a default");
+        out.push_str(default);
+        rest = &rest[end + 1..];
+    }
+    out + rest
 }
