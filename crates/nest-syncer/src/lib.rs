@@ -12,6 +12,7 @@
 //! - [`nodes`]: virtual nodes, their status and their Leases.
 //! - [`events`]: Events about tenants' objects, copied up; [`public`]: storage classes, priority classes and CRDs
 //!   the super cluster marks public, copied into every tenant.
+//! - [`volumes`]: PersistentVolumes the super cluster bound to tenants' claims, copied up.
 //! - [`queue`]: the work queue, shared fairly between tenants.
 //! - [`kubelet`]: the kubelet endpoint of each tenant's virtual nodes, for `kubectl logs` through the tenant.
 //! - [`metrics`]: counters served as Prometheus text.
@@ -29,13 +30,14 @@ pub mod public;
 pub mod queue;
 pub mod sync;
 pub mod tenants;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, PersistentVolume};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -136,6 +138,8 @@ pub enum Item {
     Event { namespace: String, name: String },
     /// A public super object of kind `kinds::public()[kind]`, copied into the tenant.
     Public { kind: usize, name: String },
+    /// A super PersistentVolume bound to a claim of the tenant, copied into the tenant.
+    Volume(String),
 }
 
 /// What every task shares.
@@ -158,6 +162,8 @@ pub struct Syncer {
     /// The kinds the super cluster shares (`kinds::public()`), and their objects, one store per kind.
     pub public_kinds: Vec<(&'static str, kube::core::ApiResource)>,
     pub public: Vec<Store<DynamicObject>>,
+    /// The super cluster's PersistentVolumes (those bound to tenants' claims are copied up).
+    pub super_volumes: Store<PersistentVolume>,
     pub metrics: metrics::Metrics,
     /// Consecutive failures per item, for back-off.
     pub failures: std::sync::Mutex<std::collections::HashMap<(String, Item), u32>>,
@@ -234,6 +240,20 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         async {}
     });
     feeds.push(Box::pin(feed));
+    let (super_volumes, writer) = reflector::store::<PersistentVolume>();
+    let slot = syncer_slot.clone();
+    let feed = reflector::reflector(
+        writer,
+        watcher(Api::<PersistentVolume>::all(super_client.clone()), Default::default()).backoff(Retry::new()),
+    )
+    .touched_objects()
+    .for_each(move |volume| {
+        if let (Ok(volume), Some(syncer)) = (volume, slot.get()) {
+            volumes::enqueue(syncer, &volume);
+        }
+        async {}
+    });
+    feeds.push(Box::pin(feed));
     let mut public = Vec::new();
     let public_kinds = kinds::public();
     for (index, (_, resource)) in public_kinds.iter().cloned().enumerate() {
@@ -269,6 +289,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         super_events,
         public_kinds,
         public,
+        super_volumes,
         metrics: metrics::Metrics::default(),
         failures: Default::default(),
     });
@@ -293,6 +314,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         }
         let _ = syncer.super_namespaces.wait_until_ready().await;
         let _ = syncer.super_nodes.wait_until_ready().await;
+        let _ = syncer.super_volumes.wait_until_ready().await;
         for store in &syncer.public {
             let _ = store.wait_until_ready().await;
         }

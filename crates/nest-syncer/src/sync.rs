@@ -6,8 +6,9 @@
 //! this tenant and names this object): the syncer never touches what it does not own.
 //!
 //! Upward: a super pod's status, and the node it runs on (the tenant pod is bound to a virtual node of that name),
-//! a super Service's ClusterIP (annotation), a claim's status. A tenant pod being deleted is deleted in the super
-//! cluster first; once the super pod is gone the tenant pod is removed, as a kubelet would.
+//! a super Service's ClusterIP (annotation), a claim's status and volume ([`crate::volumes`]). A tenant pod being
+//! deleted is deleted in the super cluster first; once the super pod is gone the tenant pod is removed, as a kubelet
+//! would.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,6 +47,7 @@ pub async fn work(syncer: Arc<Syncer>) {
                     Item::Namespace(_) => "namespaces",
                     Item::Event { .. } => "events",
                     Item::Public { kind, .. } => syncer.public_kinds[*kind].0,
+                    Item::Volume(_) => "persistentvolumes",
                 };
                 match reconcile(&syncer, &tenant, &item).await {
                     Ok(done) => {
@@ -150,6 +152,7 @@ async fn reconcile(syncer: &Syncer, tenant: &Tenant, item: &Item) -> kube::Resul
         Item::Object { kind, namespace, name } => reconcile_object(syncer, tenant, *kind, namespace, name).await,
         Item::Event { namespace, name } => crate::events::reconcile(syncer, tenant, namespace, name).await,
         Item::Public { kind, name } => crate::public::reconcile(syncer, tenant, *kind, name).await,
+        Item::Volume(name) => crate::volumes::reconcile(syncer, tenant, name).await,
     }
 }
 
@@ -289,6 +292,10 @@ async fn reconcile_object(
             let params = DeleteParams { grace_period_seconds: grace.map(|g| g as u32), ..Default::default() };
             ignore_gone(super_api.delete(name, &params).await)?;
             done.down += 1;
+            // The tenant's copy of the volume it was bound to goes with it.
+            if let Some(volume) = existing["spec"]["volumeName"].as_str().filter(|v| !v.is_empty()) {
+                syncer.queue.add(&tenant.key, crate::Item::Volume(volume.to_string()));
+            }
         }
         if let Some(tenant_value) = &tenant_value
             && !tenant_value["metadata"]["deletionTimestamp"].is_null()
@@ -449,6 +456,17 @@ async fn upward(
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(error) => return Err(error),
             }
+        }
+    }
+    if spec.name == "persistentvolumeclaims"
+        && let Some(volume) = super_value["spec"]["volumeName"].as_str().filter(|v| !v.is_empty())
+    {
+        // Bound in the super cluster: the tenant gets the volume, and its claim names it.
+        syncer.queue.add(&tenant.key, crate::Item::Volume(volume.to_string()));
+        if tenant_value["spec"]["volumeName"] != volume {
+            let patch = json!({"spec": {"volumeName": volume}});
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            changes += 1;
         }
     }
     // Labels and annotations the super cluster adds under the transparent prefixes flow up.

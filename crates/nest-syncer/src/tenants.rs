@@ -366,6 +366,7 @@ pub fn enqueue_all(syncer: &Syncer, tenant: &Tenant) -> usize {
         }
     }
     items.extend(crate::public::items(syncer));
+    items.extend(crate::volumes::items(syncer, tenant));
     let count = items.len();
     for item in items {
         syncer.queue.add(&tenant.key, item);

@@ -278,6 +278,90 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
             && server.json(&["get", "endpoints", "external", "-n", &a_default])["subsets"][0]["addresses"][0]["ip"]
                 == "10.1.2.3"
     });
+    // A claim the super cluster binds: the tenant gets the volume, bound to its claim; it goes with the claim.
+    tenant_ok(&server, "a", dir, &["create", "--validate=false", "-f", &write(dir, "claim.yaml", CLAIM)]);
+    eventually(30, "the claim synced", || {
+        server.kubectl(&["get", "persistentvolumeclaim", "data", "-n", &a_default]).status.success()
+    });
+    // What a provisioner would do in the super cluster.
+    let claim_uid = server.json(&["get", "pvc", "data", "-n", &a_default])["metadata"]["uid"].clone();
+    let volume = format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: pv-a-data}}\nspec: {{capacity: {{storage: 1Gi}}, \
+         accessModes: [ReadWriteOnce], storageClassName: shared-fast, hostPath: {{path: /tmp/pv-a-data}}, \
+         claimRef: {{kind: PersistentVolumeClaim, namespace: {a_default}, name: data, uid: {claim_uid}}}}}\n"
+    );
+    server.apply_manifest(&volume);
+    server.ok(&[
+        "patch",
+        "pv",
+        "pv-a-data",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Bound"}}"#,
+    ]);
+    server.ok(&[
+        "patch",
+        "pvc",
+        "data",
+        "-n",
+        &a_default,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"volumeName":"pv-a-data"}}"#,
+    ]);
+    let bound = r#"{"status":{"phase":"Bound","accessModes":["ReadWriteOnce"],"capacity":{"storage":"1Gi"}}}"#;
+    server.ok(&["patch", "pvc", "data", "-n", &a_default, "--subresource=status", "--type=merge", "-p", bound]);
+    eventually(30, "the tenant's claim bound to the tenant's copy of the volume", || {
+        let claim = tenant_json(&server, "a", dir, &["get", "pvc", "data"]);
+        let volume = tenant(&server, "a", dir, &["get", "pv", "pv-a-data", "-o", "json"]);
+        let volume: Value = serde_json::from_slice(&volume.stdout).unwrap_or(Value::Null);
+        claim["spec"]["volumeName"] == "pv-a-data"
+            && claim["status"]["phase"] == "Bound"
+            && volume["spec"]["claimRef"]["namespace"] == "default"
+            && volume["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
+            && volume["status"]["phase"] == "Bound"
+            && volume["spec"]["capacity"]["storage"] == "1Gi"
+    });
+    assert!(!tenant(&server, "b", dir, &["get", "pv", "pv-a-data"]).status.success(), "b sees a's volume");
+    tenant_ok(&server, "a", dir, &["delete", "pvc", "data"]);
+    eventually(30, "the tenant's copy of the volume gone with the claim", || {
+        !tenant(&server, "a", dir, &["get", "pv", "pv-a-data"]).status.success()
+    });
+
+    // A refusal by the super cluster is told to the tenant as an Event on the object, and the object is synced once
+    // the super cluster takes it: here, a namespace held in Terminating by a finalizer refuses new content.
+    tenant_ok(&server, "a", dir, &["create", "namespace", "frozen"]);
+    let mut frozen = None;
+    eventually(30, "the frozen namespace synced", || {
+        frozen = super_namespace(&server, "a", "frozen");
+        frozen.is_some()
+    });
+    let frozen = frozen.unwrap();
+    server.ok(&[
+        "patch",
+        "namespace",
+        &frozen,
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+    ]);
+    server.ok(&["delete", "namespace", &frozen, "--wait=false"]);
+    tenant_ok(&server, "a", dir, &["create", "configmap", "settings", "-n", "frozen", "--from-literal=k=v"]);
+    eventually(30, "a SyncFailed Event on the tenant's ConfigMap", || {
+        let events = items(&tenant_json(&server, "a", dir, &["get", "events", "-n", "frozen"]));
+        events.iter().any(|e| {
+            e["reason"] == "SyncFailed"
+                && e["type"] == "Warning"
+                && e["involvedObject"]["name"] == "settings"
+                && e["message"].as_str().is_some_and(|m| m.contains("being terminated"))
+        })
+    });
+    server.ok(&["patch", "namespace", &frozen, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    eventually(60, "the ConfigMap synced once the super cluster takes it", || {
+        server.kubectl(&["get", "configmap", "settings", "-n", &frozen]).status.success()
+    });
+
     let events = items(&tenant_json(&server, "a", dir, &["get", "events"]));
     let scheduled = events.iter().find(|e| e["reason"] == "Scheduled").unwrap_or_else(|| panic!("{events:?}"));
     assert_eq!(scheduled["involvedObject"]["namespace"], "default");
@@ -346,7 +430,40 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
             .all(|kind| server.ok(&["get", kind, "-A", "-l", &selector, "-o", "name"]).trim().is_empty())
     });
     assert_eq!(running_on(&items(&tenant_json(&server, "b", dir, &["get", "pods"])), "host"), 1);
+
+    // A tenant whose API server is down is marked unhealthy (an Event on its control plane, and the metric), and
+    // is synced again once it is back. (The Cluster is paused so that its controllers leave the scaled-down
+    // StatefulSet alone.)
+    server.ok(&["annotate", "cluster", "b", "cluster.x-k8s.io/paused=true"]);
+    server.ok(&["scale", "statefulset", "b-apiserver", "--replicas=0"]);
+    let told = |reason: &str| {
+        let events = items(&server.json(&["get", "events", "--field-selector", "involvedObject.name=b"]));
+        events.iter().any(|e| e["reason"] == reason && e["involvedObject"]["kind"] == "NestedControlPlane")
+    };
+    eventually(60, "TenantUnhealthy on b's control plane", || told("TenantUnhealthy"));
+    server.ok(&["scale", "statefulset", "b-apiserver", "--replicas=1"]);
+    eventually(90, "TenantHealthy on b's control plane", || told("TenantHealthy"));
+    tenant_ok(&server, "b", dir, &["scale", "deployment", "web", "--replicas=2"]);
+    eventually(60, "b syncing again", || {
+        running_on(&items(&tenant_json(&server, "b", dir, &["get", "pods"])), "host") == 2
+    });
 }
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+const CLAIM: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: shared-fast
+  resources: {requests: {storage: 1Gi}}
+"#;
 
 /// One tenant's backlog does not hold up another: while tenant `busy` has 2,000 pods to sync, tenant `quiet`'s 10
 /// pods are Running within 30 s. (`busy`'s pods name a scheduler nobody runs, so they stay Pending in the super

@@ -126,6 +126,7 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
         let out = in_demo(&["get", "pods", "-o", "jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}"]);
         String::from_utf8_lossy(&out.stdout).trim() == "Running/nest-node-0 Running/nest-node-0"
     });
+    two_tenants_share_the_node(&kubeconfig, cache.path());
     // Both flavors' rendered manifests (the golden files, held equal to the packages' output by
     // crates/nest-capn/tests/golden.rs) and the clusterctl cluster template pass a server-side dry run on nest up.
     assert!(kubectl(&kubeconfig, cache.path(), &["create", "namespace", "tenants"]).status.success());
@@ -161,6 +162,90 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
     assert_eq!(String::from_utf8_lossy(&demo.stdout), "Active", "the cluster resumes where it left off");
     eventually(30, "the sleeper started again", || processes_with(&marker) == 1);
     assert!(stop(child).success());
+}
+
+fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
+    let out = kubectl(kubeconfig, cache, &[args, &["-o", "json"]].concat());
+    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn items(list: &serde_json::Value) -> Vec<serde_json::Value> {
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Issue 7's first scenario on `nest up`: tenants `a` and `b`, the same Deployment in each. `a`'s three pods run in
+/// its own super namespace on nest up's node and, in `a`, are Running on a Ready virtual node of that name; `b`'s
+/// pods of the same names never collide, and `b` sees none of `a`'s objects, nodes or events.
+fn two_tenants_share_the_node(kubeconfig: &Path, cache: &Path) {
+    for name in ["a", "b"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_nest"))
+            .args(["cluster", "create", name, "--wait", "--timeout", "90s"])
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nest cluster create {name}: {}", String::from_utf8_lossy(&out.stderr));
+        let secret = kubectl(kubeconfig, cache, &["get", "secret", &format!("{name}-kubeconfig"), "-o", "json"]);
+        let secret: serde_json::Value = serde_json::from_slice(&secret.stdout).unwrap();
+        let bytes: k8s_openapi::ByteString = serde_json::from_value(secret["data"]["value"].clone()).unwrap();
+        std::fs::write(cache.join(format!("{name}.kubeconfig")), bytes.0).unwrap();
+    }
+    let (a, b) = (cache.join("a.kubeconfig"), cache.join("b.kubeconfig"));
+    for (tenant, replicas) in [(&a, "3"), (&b, "2")] {
+        let created = kubectl(
+            tenant,
+            cache,
+            &["create", "deployment", "web", "--image=nginx", &format!("--replicas={replicas}")],
+        );
+        assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    }
+    let running = |pods: &[serde_json::Value]| {
+        pods.iter().filter(|p| p["status"]["phase"] == "Running" && p["spec"]["nodeName"] == "nest-node-0").count()
+    };
+    eventually(90, "a's three pods and b's two Running on nest-node-0", || {
+        running(&items(&json(&a, cache, &["get", "pods"]))) == 3
+            && running(&items(&json(&b, cache, &["get", "pods"]))) == 2
+    });
+    // In the super cluster: each tenant's pods in its own namespace, Running on the node.
+    let super_namespace = |cluster: &str| {
+        let namespaces = items(&json(kubeconfig, cache, &["get", "namespaces", "-l", "tenancy.nest.dev/cluster"]));
+        let found = namespaces.iter().find(|n| {
+            let annotations = &n["metadata"]["annotations"];
+            annotations["tenancy.nest.dev/cluster-name"] == format!("default/{cluster}").as_str()
+                && annotations["tenancy.nest.dev/namespace"] == "default"
+        });
+        found.map(|n| n["metadata"]["name"].as_str().unwrap().to_string()).expect("the tenant's super namespace")
+    };
+    let (a_super, b_super) = (super_namespace("a"), super_namespace("b"));
+    assert_ne!(a_super, b_super);
+    eprintln!("tenant a runs in super namespace {a_super}, b in {b_super}");
+    let a_pods = items(&json(kubeconfig, cache, &["get", "pods", "-n", &a_super]));
+    assert_eq!(running(&a_pods), 3, "{a_pods:?}");
+    assert_eq!(running(&items(&json(kubeconfig, cache, &["get", "pods", "-n", &b_super]))), 2);
+    // The tenant sees a Ready node named after the super node.
+    let nodes = items(&json(&a, cache, &["get", "nodes"]));
+    let names: Vec<&str> = nodes.iter().filter_map(|n| n["metadata"]["name"].as_str()).collect();
+    assert_eq!(names, ["nest-node-0"]);
+    let ready = nodes[0]["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    assert!(ready, "{nodes:?}");
+    // b sees only its own: pods, replica sets, nodes, and events about its own objects.
+    let a_uids: Vec<serde_json::Value> = items(&json(&a, cache, &["get", "pods,replicasets,deployments"]))
+        .iter()
+        .map(|o| o["metadata"]["uid"].clone())
+        .collect();
+    let b_pods = items(&json(&b, cache, &["get", "pods", "-A"]));
+    assert_eq!(b_pods.len(), 2, "{b_pods:?}");
+    assert!(b_pods.iter().all(|p| !a_uids.contains(&p["metadata"]["uid"])));
+    assert_eq!(items(&json(&b, cache, &["get", "nodes"])).len(), 1);
+    let b_events = items(&json(&b, cache, &["get", "events", "-A"]));
+    assert!(b_events.iter().any(|e| e["reason"] == "Scheduled"), "b gets its own pods' events: {b_events:?}");
+    let leaked: Vec<&serde_json::Value> =
+        b_events.iter().filter(|e| a_uids.contains(&e["involvedObject"]["uid"])).collect();
+    assert!(leaked.is_empty(), "b sees events of a's objects: {leaked:?}");
 }
 
 /// clusterctl's `${NAME:=default}` variables, each replaced by its default.
