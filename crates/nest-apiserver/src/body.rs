@@ -32,31 +32,49 @@ pub fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
 pub enum Patch {
     Merge(Value),
     Json(Value),
+    /// A strategic merge patch, for a built-in kind.
+    Strategic(Value),
 }
 
-/// Reads a patch body of the given content type.
-pub fn parse_patch(content_type: &str, bytes: &[u8]) -> Result<Patch> {
+/// Reads a patch body of the given content type. `built_in` says whether the kind is built in: strategic merge
+/// patch needs the kind's patch strategies, which custom resources do not have (415, as kube-apiserver answers).
+pub fn parse_patch(content_type: &str, bytes: &[u8], built_in: bool) -> Result<Patch> {
     match content_type {
         "application/merge-patch+json" => Ok(Patch::Merge(parse_json(bytes)?)),
         "application/json-patch+json" => Ok(Patch::Json(parse_json(bytes)?)),
-        other => Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format ({other}) - accepted media types include: \
-             application/json-patch+json, application/merge-patch+json (strategic merge patch and server-side \
-             apply are not served yet)"
-        ))),
+        "application/strategic-merge-patch+json" if built_in => Ok(Patch::Strategic(parse_json(bytes)?)),
+        other => {
+            let accepted = if built_in {
+                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+            } else {
+                "application/json-patch+json, application/merge-patch+json"
+            };
+            Err(ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted} \
+                 (got {other})"
+            )))
+        }
     }
 }
 
-/// Applies a patch to the current object; the result must still be an object.
-pub fn apply_patch(patch: &Patch, current: &Value) -> Result<Value> {
+/// Applies a patch to the current object, of the kind `schema` describes (built-in kinds); the result must still be
+/// an object.
+pub fn apply_patch(patch: &Patch, current: &Value, schema: Option<&nest_openapi::KindSchema>) -> Result<Value> {
     let mut obj = current.clone();
+    let invalid = |e: nest_registry::patch::PatchError| ApiError {
+        code: 422,
+        reason: "Invalid",
+        ..ApiError::bad_request(format!("the server rejected our request due to an error in our request: {e}"))
+    };
     match patch {
+        Patch::Strategic(p) => {
+            let schema = schema.ok_or_else(|| {
+                ApiError::unsupported_media_type("strategic merge patch is not supported for this kind")
+            })?;
+            obj = nest_registry::strategic::strategic_merge(current, p, schema).map_err(invalid)?;
+        }
         Patch::Merge(p) => merge_patch(&mut obj, p),
-        Patch::Json(p) => json_patch(&mut obj, p).map_err(|e| ApiError {
-            code: 422,
-            reason: "Invalid",
-            ..ApiError::bad_request(format!("the server rejected our request due to an error in our request: {e}"))
-        })?,
+        Patch::Json(p) => json_patch(&mut obj, p).map_err(invalid)?,
     }
     if !obj.is_object() {
         return Err(ApiError::bad_request("the patched object is not a JSON object"));

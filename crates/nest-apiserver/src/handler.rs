@@ -344,6 +344,13 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         ["apis"] => discovery_get(Some(discovery::api_group_list(&catalog))),
         ["apis", group] => discovery_get(discovery::api_group(&catalog, group)),
         ["apis", group, version] => discovery_get(discovery::api_resource_list(&catalog, group, version)),
+        ["openapi", "v3"] => discovery_get(Some(crate::openapi::index(&catalog))),
+        ["openapi", "v3", "api", version] | ["openapi", "v3", "apis", "", version] => {
+            openapi_document(&method, crate::openapi::document(&catalog, "", version))
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            openapi_document(&method, crate::openapi::document(&catalog, group, version))
+        }
         ["api", "v1", rest @ ..] => {
             let target = target(state, "", "v1", rest)?;
             resource_request(state, target, &request, body).await
@@ -354,6 +361,15 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         }
         _ => Err(ApiError::no_route()),
     }
+}
+
+/// An OpenAPI document, already serialized.
+fn openapi_document(method: &Method, doc: Option<Arc<Vec<u8>>>) -> Result<Response<Body>> {
+    if method != Method::GET {
+        return Err(ApiError::method_not_allowed("the server does not allow this method on OpenAPI documents"));
+    }
+    let doc = doc.ok_or_else(ApiError::no_route)?;
+    Ok(json_bytes_response(StatusCode::OK, Bytes::from(doc.as_ref().clone())))
 }
 
 /// Reads a request body, refusing more than [`MAX_BODY`] bytes with 413.
@@ -467,16 +483,19 @@ async fn resource_request(
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
             verb_allowed("patch")?;
-            let patch = parse_patch(&content_type, &body)?;
+            let patch = parse_patch(&content_type, &body, target.resource.schema.is_some())?;
             // A merge patch has the object's shape, so its unknown fields are the result's.
             let warnings = match &patch {
                 Patch::Merge(doc) => query.field_validation(&target.resource, doc)?,
+                Patch::Strategic(doc) => {
+                    query.field_validation(&target.resource, &nest_registry::strategic::without_directives(doc))?
+                }
                 Patch::Json(_) => Vec::new(),
             };
             let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
             let patched = registry
                 .update_with(&target.resource, ns, name, subresource, query.dry_run()?, |current| {
-                    apply_patch(&patch, current)
+                    apply_patch(&patch, current, target.resource.schema.as_deref())
                 })
                 .await?;
             Ok(with_warnings(json_response(StatusCode::OK, &patched), &warnings))
@@ -526,11 +545,12 @@ async fn resource_request(
             let (replacement, patch) = if method == Method::PUT {
                 (Some(decode_object(&content_type, &body)?), None)
             } else {
-                (None, Some(parse_patch(&content_type, &body)?))
+                (None, Some(parse_patch(&content_type, &body, true)?))
             };
+            let scale_schema = nest_openapi::kind_schema("autoscaling", "v1", "Scale");
             let change = |current: &Value| match (&replacement, &patch) {
                 (Some(scale), _) => Ok(scale.clone()),
-                (None, Some(patch)) => apply_patch(patch, current),
+                (None, Some(patch)) => apply_patch(patch, current, scale_schema.as_deref()),
                 (None, None) => unreachable!("either a replacement or a patch"),
             };
             let updated = registry

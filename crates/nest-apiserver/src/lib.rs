@@ -14,6 +14,7 @@ pub mod certs;
 pub mod discovery;
 pub mod handler;
 pub mod logs;
+pub mod openapi;
 pub mod protobuf;
 
 use std::net::SocketAddr;

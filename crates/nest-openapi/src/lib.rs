@@ -8,6 +8,8 @@
 //! A kind's schema is generated the first time it is asked for and kept. Descriptions are dropped (they are most of
 //! the document and validation has no use for them).
 
+pub mod patch_meta;
+
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -49,17 +51,38 @@ impl KindSchema {
         }
         schema
     }
+
+    /// Like [`KindSchema::resolve`], with the name of the definition reached (`None` for an inline schema).
+    pub fn resolve_named<'a>(&'a self, schema: &'a Value) -> (Option<&'a str>, &'a Value) {
+        let mut schema = schema;
+        let mut name = None;
+        for _ in 0..8 {
+            match schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix(REF_PREFIX)) {
+                Some(target) => match self.definitions.get_key_value(target) {
+                    Some((key, definition)) => {
+                        name = Some(key.as_str());
+                        schema = definition;
+                    }
+                    None => break,
+                },
+                None => break,
+            }
+        }
+        (name, schema)
+    }
 }
 
 type Generate = fn() -> KindSchema;
+type Describe = fn() -> (String, Map<String, Value>);
 
 macro_rules! kinds {
     ($($ty:ty),* $(,)?) => {
         /// `(group, version, kind)` of every kind with a schema, and how to generate it.
-        const KINDS: &[(&str, &str, &str, Generate)] = &[
-            $((<$ty as Resource>::GROUP, <$ty as Resource>::VERSION, <$ty as Resource>::KIND, generate::<$ty>),)*
+        const KINDS: &[(&str, &str, &str, Generate, Describe)] = &[
+            $((<$ty as Resource>::GROUP, <$ty as Resource>::VERSION, <$ty as Resource>::KIND, generate::<$ty>, describe::<$ty>),)*
             // Not a resource, but a body clients send (with DELETE).
-            ("meta.k8s.io", "v1", "DeleteOptions", generate::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>),
+            ("meta.k8s.io", "v1", "DeleteOptions", generate::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>,
+             describe::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>),
         ];
     };
 }
@@ -114,14 +137,53 @@ static GENERATED: LazyLock<Mutex<HashMap<Gvk, Arc<KindSchema>>>> = LazyLock::new
 
 /// The schema of `group/version, Kind=kind` (`group` empty for the core group), if it is a built-in kind nest knows.
 pub fn kind_schema(group: &str, version: &str, kind: &str) -> Option<Arc<KindSchema>> {
-    let &(g, v, k, generate) = KINDS.iter().find(|(g, v, k, _)| *g == group && *v == version && *k == kind)?;
+    let &(g, v, k, generate, _) = KINDS.iter().find(|(g, v, k, _, _)| *g == group && *v == version && *k == kind)?;
     let mut generated = GENERATED.lock().unwrap_or_else(|p| p.into_inner());
     Some(generated.entry((g, v, k)).or_insert_with(|| Arc::new(generate())).clone())
 }
 
 /// Every `(group, version, kind)` [`kind_schema`] knows.
 pub fn kinds() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
-    KINDS.iter().map(|&(g, v, k, _)| (g, v, k))
+    KINDS.iter().map(|&(g, v, k, _, _)| (g, v, k))
+}
+
+/// The schema of a kind as `/openapi/v3` publishes it: the name of its definition and every definition it reaches,
+/// descriptions included, the kind's own marked with `x-kubernetes-group-version-kind` and fields with a patch
+/// strategy with `x-kubernetes-patch-strategy` and `x-kubernetes-patch-merge-key` ([`patch_meta`]).
+pub fn published(group: &str, version: &str, kind: &str) -> Option<(String, Map<String, Value>)> {
+    let &(g, v, k, _, describe) = KINDS.iter().find(|(g, v, k, _, _)| *g == group && *v == version && *k == kind)?;
+    let (root, mut definitions) = describe();
+    if let Some(definition) = definitions.get_mut(&root).and_then(Value::as_object_mut) {
+        let gvk = serde_json::json!([{"group": g, "version": v, "kind": k}]);
+        definition.insert("x-kubernetes-group-version-kind".into(), gvk);
+    }
+    Some((root, definitions))
+}
+
+/// ObjectMeta and what it reaches, as [`published`] gives them (for custom resources' documents).
+pub fn published_object_meta() -> (String, Map<String, Value>) {
+    describe::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>()
+}
+
+fn describe<T: JsonSchema>() -> (String, Map<String, Value>) {
+    let mut generator = SchemaSettings::openapi3().into_generator();
+    let root = generator.subschema_for::<T>().to_value();
+    let mut definitions = generator.take_definitions(false);
+    let name = root.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix(REF_PREFIX)).unwrap_or_default();
+    for (definition, schema) in definitions.iter_mut() {
+        let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else { continue };
+        for (field, property) in properties.iter_mut() {
+            let (Some(strategy), Some(property)) = (patch_meta::published(definition, field), property.as_object_mut())
+            else {
+                continue;
+            };
+            property.insert("x-kubernetes-patch-strategy".into(), strategy.0.into());
+            if let Some(key) = strategy.1 {
+                property.insert("x-kubernetes-patch-merge-key".into(), key.into());
+            }
+        }
+    }
+    (name.to_string(), definitions)
 }
 
 fn generate<T: JsonSchema>() -> KindSchema {

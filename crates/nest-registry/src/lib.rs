@@ -20,6 +20,7 @@ pub mod scale;
 pub mod schema;
 pub mod selector;
 pub mod store;
+pub mod strategic;
 pub mod strategy;
 pub mod validation;
 

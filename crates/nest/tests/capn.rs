@@ -114,14 +114,14 @@ fn both_flavors_render_manifests_an_api_server_accepts() {
     server.ok(&["create", "namespace", "tenants"]);
     for flavor in ["nest", "kubernetes"] {
         let file = golden.join(format!("{flavor}.yaml")).display().to_string();
-        let out = server.ok(&["apply", "--dry-run=server", "--validate=false", "-f", &file]);
+        let out = server.ok(&["apply", "--dry-run=server", "-f", &file]);
         assert!(out.contains("statefulset.apps/") && out.contains("(server dry run)"), "{flavor}: {out}");
     }
     let left = server.ok(&["get", "statefulsets,services", "-n", "tenants", "-o", "name"]);
     assert!(left.trim().is_empty(), "a dry run created {left}");
     let manifests = std::fs::read_to_string(golden.join("kubernetes.yaml")).unwrap();
     let broken = manifests.replacen("replicas: 3", "replicas: -3", 1);
-    let out = server.kubectl_with_input(&["apply", "--dry-run=server", "--validate=false", "-f", "-"], Some(&broken));
+    let out = server.kubectl_with_input(&["apply", "--dry-run=server", "-f", "-"], Some(&broken));
     assert!(!out.status.success(), "a StatefulSet with -3 replicas passed");
     assert!(String::from_utf8_lossy(&out.stderr).contains("replicas"), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -159,8 +159,7 @@ fn the_clusterctl_package_is_accepted_by_an_api_server() {
         assert_eq!(namespaces.len(), 1, "{}", file.display());
         assert!(namespaces[0].lines().any(|l| l.trim() == format!("name: {namespace}")), "{}", namespaces[0]);
         let manifest = rest.join("\n---\n");
-        let out =
-            server.kubectl_with_input(&["create", "--dry-run=server", "--validate=false", "-f", "-"], Some(&manifest));
+        let out = server.kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], Some(&manifest));
         let created = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
         for kind in ["customresourcedefinition", "clusterrole", "clusterrolebinding", "serviceaccount", "deployment"] {
@@ -174,13 +173,13 @@ fn the_clusterctl_package_is_accepted_by_an_api_server() {
     let template = std::fs::read_to_string(infrastructure.join("cluster-template.yaml")).unwrap();
     assert!(template.contains("${KUBERNETES_VERSION:="), "{template}");
     let filled = fill(&template, &[("CLUSTER_NAME", "t1"), ("NAMESPACE", "tenants"), ("ETCD_REPLICAS", "3")]);
-    let out = server.kubectl_with_input(&["create", "--dry-run=server", "--validate=false", "-f", "-"], Some(&filled));
+    let out = server.kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], Some(&filled));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{filled}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(stdout.matches("(server dry run)").count(), 3, "{stdout}");
     // A value the CRD's schema refuses is caught.
     let bad = fill(&template, &[("CLUSTER_NAME", "t2"), ("NAMESPACE", "tenants"), ("ETCD_REPLICAS", "9")]);
-    let out = server.kubectl_with_input(&["create", "--dry-run=server", "--validate=false", "-f", "-"], Some(&bad));
+    let out = server.kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], Some(&bad));
     assert!(!out.status.success(), "9 etcd members passed");
 }
 

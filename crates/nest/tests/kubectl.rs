@@ -280,9 +280,14 @@ fn kubectl_custom_resource_definitions_come_and_go() {
         let resources = server.ok(&["api-resources", "--api-group=example.com"]);
         assert!(resources.contains("widgets") && resources.contains("wd"), "{backend}: {resources}");
 
-        server.apply_manifest(
-            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 3, color: red}\n",
-        );
+        // kubectl's default validation is strict (the server refuses the undeclared field); with `warn` the server
+        // prunes it and warns.
+        let w1 = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 3, color: red}\n";
+        let strict = server.kubectl_with_input(&["create", "-f", "-"], Some(w1));
+        assert!(String::from_utf8_lossy(&strict.stderr).contains("unknown field \"spec.color\""), "{backend}");
+        let warned = server.kubectl_with_input(&["create", "--validate=warn", "-f", "-"], Some(w1));
+        assert!(warned.status.success(), "{backend}: {}", String::from_utf8_lossy(&warned.stderr));
+        assert!(String::from_utf8_lossy(&warned.stderr).contains("unknown field \"spec.color\""), "{backend}");
         assert_eq!(server.ok(&["get", "wd", "w1", "-o", "jsonpath={.spec.size}"]), "3", "{backend}");
         let w1 = server.json(&["get", "wd", "w1"]);
         assert_eq!(w1["spec"]["mode"], "fast", "{backend}: schema defaults apply");

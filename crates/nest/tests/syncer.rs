@@ -205,7 +205,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     // super cluster gave it, and `kubectl logs` in the tenant shows their output.
     let manifest = dir.join("echo.yaml");
     std::fs::write(&manifest, ECHO).unwrap();
-    tenant_ok(&server, "a", dir, &["create", "--validate=false", "-f", manifest.to_str().unwrap()]);
+    tenant_ok(&server, "a", dir, &["create", "-f", manifest.to_str().unwrap()]);
     eventually(60, "the echo pods running", || {
         let pods = items(&tenant_json(&server, "a", dir, &["get", "pods", "-l", "app=echo"]));
         running_on(&pods, "host") == 2 && pods.iter().all(|p| p["status"]["containerStatuses"][0]["ready"] == true)
@@ -271,7 +271,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     tenant_ok(&server, "a", dir, &["create", "serviceaccount", "builder"]);
     let extra = dir.join("extra.yaml");
     std::fs::write(&extra, EXTERNAL).unwrap();
-    tenant_ok(&server, "a", dir, &["create", "--validate=false", "-f", extra.to_str().unwrap()]);
+    tenant_ok(&server, "a", dir, &["create", "-f", extra.to_str().unwrap()]);
     server.apply_manifest(SHARED);
     eventually(30, "the account and the Endpoints synced", || {
         server.kubectl(&["get", "serviceaccount", "builder", "-n", &a_default]).status.success()
@@ -279,7 +279,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
                 == "10.1.2.3"
     });
     // A claim the super cluster binds: the tenant gets the volume, bound to its claim; it goes with the claim.
-    tenant_ok(&server, "a", dir, &["create", "--validate=false", "-f", &write(dir, "claim.yaml", CLAIM)]);
+    tenant_ok(&server, "a", dir, &["create", "-f", &write(dir, "claim.yaml", CLAIM)]);
     eventually(30, "the claim synced", || {
         server.kubectl(&["get", "persistentvolumeclaim", "data", "-n", &a_default]).status.success()
     });
@@ -383,7 +383,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     std::fs::write(&widget, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n")
         .unwrap();
     eventually(30, "the tenant serving Widgets", || {
-        tenant(&server, "a", dir, &["create", "--validate=false", "-f", widget.to_str().unwrap()]).status.success()
+        tenant(&server, "a", dir, &["create", "-f", widget.to_str().unwrap()]).status.success()
     });
     eventually(60, "the Widget in the super cluster", || {
         server.kubectl(&["get", "widget", "w1", "-n", &a_default]).status.success()
@@ -480,7 +480,7 @@ fn a_tenant_with_thousands_of_pods_does_not_starve_another() {
     let dir = work.path();
     let busy = dir.join("busy.yaml");
     std::fs::write(&busy, BUSY).unwrap();
-    tenant_ok(&server, "busy", dir, &["create", "--validate=false", "-f", busy.to_str().unwrap()]);
+    tenant_ok(&server, "busy", dir, &["create", "-f", busy.to_str().unwrap()]);
     // Once busy's backlog is building up in the super cluster, quiet asks for its pods.
     eventually(120, "busy's pods arriving in the super cluster", || {
         super_namespace(&server, "busy", "default")

@@ -146,7 +146,7 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
     std::fs::write(&filled, template).unwrap();
     for file in [golden.join("nest.yaml"), golden.join("kubernetes.yaml"), filled] {
         let file = file.display().to_string();
-        let out = kubectl(&kubeconfig, cache.path(), &["apply", "--dry-run=server", "--validate=false", "-f", &file]);
+        let out = kubectl(&kubeconfig, cache.path(), &["apply", "--dry-run=server", "-f", &file]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && stdout.contains("(server dry run)"),

@@ -98,14 +98,14 @@ impl Server {
     }
 
     pub fn apply_manifest(&self, manifest: &str) -> String {
-        let out = self.kubectl_with_input(&["create", "--validate=false", "-f", "-"], Some(manifest));
+        let out = self.kubectl_with_input(&["create", "-f", "-"], Some(manifest));
         assert!(out.status.success(), "kubectl create -f failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     }
 
     /// Creates from a manifest that the server must refuse; returns kubectl's error output.
     pub fn create_refused(&self, manifest: &str) -> String {
-        let out = self.kubectl_with_input(&["create", "--validate=false", "-f", "-"], Some(manifest));
+        let out = self.kubectl_with_input(&["create", "-f", "-"], Some(manifest));
         assert!(!out.status.success(), "the server accepted {manifest}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     }

@@ -1,0 +1,161 @@
+//! kubectl's everyday editing commands, with validation on (kubectl's default), against a real `nest apiserver` on
+//! every storage backend: `apply -f` (client-side: a strategic merge patch for built-in kinds, a merge patch for
+//! custom resources), `diff`, `edit` through a scripted `EDITOR`, `explain` from `/openapi/v3`, and kubectl's
+//! strict validation done by the server.
+
+mod common;
+
+use common::{Server, backends, eventually};
+
+const FIRST: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop, labels: {app: web, tier: front}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        env: [{name: COLOR, value: blue}, {name: DEBUG, value: "1"}]
+        ports: [{containerPort: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: shop}
+data: {color: blue}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            description: What the widget should be.
+            properties:
+              size: {type: integer, description: How big the widget is.}
+              color: {type: string}
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w1, namespace: shop}
+spec: {size: 3, color: red}
+"#;
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn kubectl_apply_diff_edit_and_explain_with_validation_on() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        let dir = tempfile::tempdir().unwrap();
+        let first = write(dir.path(), "first.yaml", FIRST);
+        // As with kube-apiserver, the Widget can be applied once its CRD is served: a second apply of the same file
+        // (what users do) completes it.
+        eventually(30, "the whole file applied", || server.kubectl(&["apply", "-f", &first]).status.success());
+        let widget = server.json(&["get", "widget", "w1", "-n", "shop"]);
+        assert_eq!(widget["spec"]["size"], 3, "{backend}");
+
+        // Someone else adds a label and an annotation: an apply that does not mention them keeps them.
+        server.ok(&["label", "deployment", "web", "-n", "shop", "owner=ops"]);
+        // The edited file drops one env var and one label; exactly those go.
+        let edited = FIRST.replace(", {name: DEBUG, value: \"1\"}", "").replace(", tier: front", "");
+        let edited = write(dir.path(), "edited.yaml", &edited);
+        // kubectl diff shows the pending change first (a dry-run patch), and changes nothing.
+        let diff = server.kubectl(&["diff", "-f", &edited]);
+        let shown = String::from_utf8_lossy(&diff.stdout);
+        assert_eq!(diff.status.code(), Some(1), "{backend}: {shown}{}", String::from_utf8_lossy(&diff.stderr));
+        assert!(shown.lines().any(|l| l.starts_with('-') && l.contains("name: DEBUG")), "{shown}");
+        assert!(shown.contains("tier: front"), "{shown}");
+        let deployment = server.json(&["get", "deployment", "web", "-n", "shop"]);
+        assert_eq!(deployment["metadata"]["labels"]["tier"], "front", "diff changed nothing");
+
+        server.ok(&["apply", "-f", &edited]);
+        let deployment = server.json(&["get", "deployment", "web", "-n", "shop"]);
+        let labels = &deployment["metadata"]["labels"];
+        assert_eq!(labels, &serde_json::json!({"app": "web", "owner": "ops"}), "{backend}");
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["env"], serde_json::json!([{"name": "COLOR", "value": "blue"}]), "{backend}");
+        assert_eq!(container["ports"][0]["containerPort"], 80);
+        assert_eq!(deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 1);
+        // Applying the same file again changes nothing.
+        let again = server.ok(&["apply", "-f", &edited]);
+        assert!(again.contains("deployment.apps/web unchanged"), "{again}");
+
+        // Switching the strategy to Recreate clears rollingUpdate ($retainKeys), and a new image merges into the
+        // container by name.
+        let recreate = std::fs::read_to_string(&edited)
+            .unwrap()
+            .replace("strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1}}", "strategy: {type: Recreate}")
+            .replace("nginx:1.27", "nginx:1.28");
+        let recreate = write(dir.path(), "recreate.yaml", &recreate);
+        server.ok(&["apply", "-f", &recreate]);
+        let deployment = server.json(&["get", "deployment", "web", "-n", "shop"]);
+        assert_eq!(deployment["spec"]["strategy"], serde_json::json!({"type": "Recreate"}), "{backend}");
+        assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.28");
+
+        // kubectl's other strategic-merge users: set image, edit (through a scripted editor).
+        server.ok(&["set", "image", "deployment/web", "-n", "shop", "web=nginx:1.29"]);
+        let image = server.ok(&["get", "deployment", "web", "-n", "shop", "-o", "jsonpath={..containers[0].image}"]);
+        assert_eq!(image, "nginx:1.29");
+        let edit = std::process::Command::new(common::KUBECTL)
+            .args(["edit", "configmap", "settings", "-n", "shop"])
+            .env("KUBECONFIG", &server.kubeconfig)
+            .env("KUBECACHEDIR", server.cache.path())
+            .env("EDITOR", "sed -i s/color:\\ blue/color:\\ green/")
+            .output()
+            .unwrap();
+        assert!(edit.status.success(), "{}", String::from_utf8_lossy(&edit.stderr));
+        assert_eq!(server.ok(&["get", "configmap", "settings", "-n", "shop", "-o", "jsonpath={.data.color}"]), "green");
+        // A custom resource is applied with a merge patch.
+        let widget_edit = FIRST.replace("spec: {size: 3, color: red}", "spec: {size: 5}");
+        server.ok(&["apply", "-f", &write(dir.path(), "widget.yaml", &widget_edit)]);
+        let widget = server.json(&["get", "widget", "w1", "-n", "shop"]);
+        assert_eq!(widget["spec"], serde_json::json!({"size": 5}), "{backend}: the dropped field is removed");
+
+        // Validation is the server's (fieldValidation=Strict): a misspelt field is refused, naming it.
+        let typo = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: typo, namespace: shop}\ndatta: {a: b}\n";
+        let refused = server.kubectl_with_input(&["create", "-f", "-"], Some(typo));
+        assert!(!refused.status.success());
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("unknown field \"datta\""), "{backend}");
+        let typo = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2, namespace: shop}\nspec: {sise: 1}\n";
+        let refused = server.kubectl_with_input(&["apply", "-f", "-"], Some(typo));
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("unknown field \"spec.sise\""), "{backend}");
+
+        // explain reads the field documentation from /openapi/v3, for built-in kinds and CRDs alike.
+        let explained = server.ok(&["explain", "deployment.spec.strategy"]);
+        assert!(explained.contains("rollingUpdate") && explained.contains("Recreate"), "{explained}");
+        let explained = server.ok(&["explain", "widget.spec"]);
+        assert!(explained.contains("How big the widget is."), "{explained}");
+    }
+}
