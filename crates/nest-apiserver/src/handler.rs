@@ -101,6 +101,8 @@ enum Representation {
     Full,
     /// Only metadata: `meta.k8s.io` PartialObjectMetadata(List), as the metadata client and garbage collectors ask.
     Metadata(&'static str),
+    /// A `meta.k8s.io` Table, as `kubectl get` asks ([`crate::table`]).
+    Table(&'static str),
 }
 
 impl Representation {
@@ -126,7 +128,11 @@ impl Representation {
                 (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), Some("meta.k8s.io"), Some("v1beta1")) => {
                     return Ok(Representation::Metadata("meta.k8s.io/v1beta1"));
                 }
-                // Table and anything else we cannot produce yet: try the next entry.
+                (Some("Table"), Some("meta.k8s.io"), Some("v1")) => return Ok(Representation::Table("meta.k8s.io/v1")),
+                (Some("Table"), Some("meta.k8s.io"), Some("v1beta1")) => {
+                    return Ok(Representation::Table("meta.k8s.io/v1beta1"));
+                }
+                // Anything else we cannot produce: try the next entry.
                 _ => continue,
             }
         }
@@ -135,16 +141,17 @@ impl Representation {
         )))
     }
 
-    fn object(self, obj: Value) -> Value {
+    fn object(self, obj: Value, table: &TableOf) -> Value {
         match self {
             Representation::Full => obj,
             Representation::Metadata(api_version) => {
                 json!({"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": obj["metadata"]})
             }
+            Representation::Table(api_version) => crate::table::object(&table.0, &obj, table.1, api_version),
         }
     }
 
-    fn list(self, mut list: Value) -> Value {
+    fn list(self, mut list: Value, table: &TableOf) -> Value {
         match self {
             Representation::Full => list,
             Representation::Metadata(api_version) => {
@@ -153,21 +160,26 @@ impl Representation {
                     .map(std::mem::take)
                     .unwrap_or_default()
                     .into_iter()
-                    .map(|i| self.object(i))
+                    .map(|i| self.object(i, table))
                     .collect();
                 json!({"kind": "PartialObjectMetadataList", "apiVersion": api_version, "metadata": list["metadata"], "items": items})
             }
+            Representation::Table(api_version) => crate::table::list(&table.0, &list, table.1, api_version),
         }
     }
 
-    fn event(self, mut event: Value) -> Value {
-        if self != Representation::Full && event["type"] != "ERROR" {
+    fn event(self, mut event: Value, table: &TableOf) -> Value {
+        // Bookmarks and errors keep their shape.
+        if self != Representation::Full && event["type"] != "ERROR" && event["type"] != "BOOKMARK" {
             let obj = event["object"].take();
-            event["object"] = self.object(obj);
+            event["object"] = self.object(obj, table);
         }
         event
     }
 }
+
+/// What a Table is made of: the resource (its columns) and what each row carries.
+struct TableOf(Arc<nest_registry::ResourceInfo>, crate::table::Include);
 
 /// Decoded query parameters.
 #[derive(Default, Debug)]
@@ -403,6 +415,7 @@ async fn resource_request(
     let representation = Representation::negotiate(request.headers.get("accept").and_then(|v| v.to_str().ok()))?;
     let registry = &state.registry;
     let info = target.resource.info.clone();
+    let table = TableOf(info.clone(), crate::table::Include::parse(query.get("includeObject"))?);
     let namespace = target.namespace.clone().unwrap_or_default();
     let ns = if info.namespaced { namespace.as_str() } else { "" };
     let content_type = content_type(request);
@@ -429,7 +442,7 @@ async fn resource_request(
                 };
                 let bookmarks = options.allow_watch_bookmarks.then_some(BOOKMARK_EVERY);
                 let events = registry.watch(&target.resource, scope, &options, bookmarks).await?;
-                let events = events.map(move |event| representation.event(event)).boxed();
+                let events = events.map(move |event| representation.event(event, &table)).boxed();
                 return Ok(watch_response(events, timeout));
             }
             verb_allowed("list")?;
@@ -438,7 +451,7 @@ async fn resource_request(
                 return Ok(json_bytes_response(StatusCode::OK, list));
             }
             let list = registry.list(&target.resource, scope, &options).await?;
-            Ok(json_response(StatusCode::OK, &representation.list(list)))
+            Ok(json_response(StatusCode::OK, &representation.list(list, &table)))
         }
         (&Method::POST, None, None) => {
             verb_allowed("create")?;
@@ -471,7 +484,7 @@ async fn resource_request(
         (&Method::GET, Some(name), None | Some("status")) => {
             verb_allowed("get")?;
             let obj = registry.get(&target.resource, ns, name).await?;
-            Ok(json_response(StatusCode::OK, &representation.object(obj)))
+            Ok(json_response(StatusCode::OK, &representation.object(obj, &table)))
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
             verb_allowed("update")?;
@@ -642,15 +655,24 @@ mod tests {
 
     #[test]
     fn accept_headers_pick_the_first_form_nest_can_produce() {
+        let protobuf_table = "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io";
+        assert_eq!(
+            Representation::negotiate(Some(protobuf_table)).unwrap(),
+            Representation::Table("meta.k8s.io/v1beta1")
+        );
         let kubectl_get = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-        assert_eq!(Representation::negotiate(Some(kubectl_get)).unwrap(), Representation::Full);
+        assert_eq!(Representation::negotiate(Some(kubectl_get)).unwrap(), Representation::Table("meta.k8s.io/v1"));
         let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
         assert_eq!(Representation::negotiate(Some(metadata)).unwrap(), Representation::Metadata("meta.k8s.io/v1"));
         assert_eq!(Representation::negotiate(None).unwrap(), Representation::Full);
         assert_eq!(Representation::negotiate(Some("*/*")).unwrap(), Representation::Full);
         assert_eq!(Representation::negotiate(Some("application/vnd.kubernetes.protobuf")).unwrap_err().code, 406);
-        let list = Representation::Metadata("meta.k8s.io/v1")
-            .list(json!({"kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "a"}, "spec": {}}]}));
+        let pods = nest_registry::Catalog::builtin().find("", "v1", "pods").unwrap();
+        let table = TableOf(pods, crate::table::Include::Metadata);
+        let list = Representation::Metadata("meta.k8s.io/v1").list(
+            json!({"kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "a"}, "spec": {}}]}),
+            &table,
+        );
         assert_eq!(list["kind"], "PartialObjectMetadataList");
         assert_eq!(
             list["items"][0],

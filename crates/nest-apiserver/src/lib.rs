@@ -16,6 +16,7 @@ pub mod handler;
 pub mod logs;
 pub mod openapi;
 pub mod protobuf;
+pub mod table;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

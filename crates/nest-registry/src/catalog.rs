@@ -28,6 +28,22 @@ pub struct ResourceInfo {
     pub custom: bool,
     /// A custom resource's structural schema (`openAPIV3Schema`), if its CRD gives one.
     pub schema: Option<Arc<serde_json::Value>>,
+    /// A custom resource's `additionalPrinterColumns` (the columns of `kubectl get`).
+    pub printer_columns: Vec<PrinterColumn>,
+}
+
+/// One column of a custom resource's table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrinterColumn {
+    pub name: String,
+    /// `integer`, `number`, `string`, `boolean` or `date`.
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    /// 0 for the default columns, more for `-o wide`.
+    pub priority: i64,
+    /// A simple JSONPath into the object (`.spec.replicas`).
+    pub json_path: String,
 }
 
 /// What a `/scale` subresource exchanges, as JSON paths into the object (`.spec.replicas`).
@@ -170,6 +186,7 @@ pub fn builtins() -> Vec<Arc<ResourceInfo>> {
                 stored_as: (b.group == "events.k8s.io").then(|| (String::new(), "events".to_string())),
                 custom: false,
                 schema: None,
+                printer_columns: Vec::new(),
             })
         })
         .collect()
@@ -222,6 +239,19 @@ pub fn from_crd(crd: &serde_json::Value) -> Vec<Arc<ResourceInfo>> {
                 stored_as: None,
                 custom: true,
                 schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
+                printer_columns: v["additionalPrinterColumns"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| PrinterColumn {
+                        name: text(&c["name"]),
+                        type_: text(&c["type"]),
+                        format: text(&c["format"]),
+                        description: text(&c["description"]),
+                        priority: c["priority"].as_i64().unwrap_or(0),
+                        json_path: text(&c["jsonPath"]),
+                    })
+                    .collect(),
             })
         })
         .collect()

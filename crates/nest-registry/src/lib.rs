@@ -24,6 +24,6 @@ pub mod strategic;
 pub mod strategy;
 pub mod validation;
 
-pub use catalog::{Catalog, ResourceInfo, ScalePaths, ScaleSelector};
+pub use catalog::{Catalog, PrinterColumn, ResourceInfo, ScalePaths, ScaleSelector};
 pub use error::{ApiError, Cause, Result};
 pub use store::{DeleteOptions, ListOptions, Registry, Resource, Subresource};

@@ -159,3 +159,115 @@ fn kubectl_apply_diff_edit_and_explain_with_validation_on() {
         assert!(explained.contains("How big the widget is."), "{explained}");
     }
 }
+
+const TABLES: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {node-role.kubernetes.io/control-plane: ""}}
+status:
+  conditions: [{type: Ready, status: "True"}]
+  nodeInfo: {kubeletVersion: v1.33.0, osImage: Debian, kernelVersion: "6.1", containerRuntimeVersion: nest://1,
+    machineID: m, systemUUID: s, bootID: b, kubeProxyVersion: "", operatingSystem: linux, architecture: amd64}
+  addresses: [{type: InternalIP, address: 10.0.0.7}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: solo}
+spec: {containers: [{name: c, image: nginx}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    additionalPrinterColumns:
+    - {name: Size, type: integer, jsonPath: .spec.size}
+    - {name: Ready, type: string, jsonPath: '.status.conditions[?(@.type=="Ready")].status'}
+    - {name: Color, type: string, jsonPath: .spec.color, priority: 1}
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer}, color: {type: string}}}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+/// The table `kubectl get` printed: the header and each row, split into whitespace-separated words.
+fn printed(server: &Server, args: &[&str]) -> Vec<Vec<String>> {
+    let text = server.ok(args);
+    text.lines().map(|l| l.split_whitespace().map(str::to_string).collect()).collect()
+}
+
+#[test]
+fn kubectl_get_prints_the_columns_kube_apiserver_prints() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = write(dir.path(), "tables.yaml", TABLES);
+        eventually(30, "the objects created", || server.kubectl(&["apply", "-f", &manifest]).status.success());
+
+        let pods = printed(&server, &["get", "pods", "-o", "wide"]);
+        let header = "NAME READY STATUS RESTARTS AGE IP NODE NOMINATED NODE READINESS GATES";
+        assert_eq!(pods[0].join(" "), header, "{backend}");
+        assert_eq!(&pods[1][..4], ["solo", "0/1", "Pending", "0"], "{backend}: {pods:?}");
+        assert_eq!(&pods[1][5..], ["<none>", "<none>", "<none>", "<none>"], "{backend}: {pods:?}");
+        // Without -o wide, only the default columns.
+        assert_eq!(printed(&server, &["get", "pods"])[0].join(" "), "NAME READY STATUS RESTARTS AGE");
+
+        let deployments = printed(&server, &["get", "deploy"]);
+        assert_eq!(deployments[0].join(" "), "NAME READY UP-TO-DATE AVAILABLE AGE", "{backend}");
+        assert_eq!(&deployments[1][..4], ["web", "0/2", "0", "0"], "{backend}");
+        let wide = printed(&server, &["get", "deploy", "-o", "wide"]);
+        assert_eq!(&wide[1][5..], ["web", "nginx", "app=web"], "{backend}");
+
+        let services = printed(&server, &["get", "svc", "web"]);
+        assert_eq!(services[0].join(" "), "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE", "{backend}");
+        let address = server.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+        assert_eq!(&services[1][..5], ["web", "ClusterIP", address.as_str(), "<none>", "80/TCP"], "{backend}");
+
+        let nodes = printed(&server, &["get", "nodes", "-o", "wide"]);
+        assert_eq!(&nodes[0][..7], ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP"]);
+        assert_eq!(&nodes[1][..3], ["n1", "Ready", "control-plane"], "{backend}: {nodes:?}");
+        assert_eq!(&nodes[1][4..6], ["v1.33.0", "10.0.0.7"], "{backend}: {nodes:?}");
+
+        // A custom resource's printer columns, the wide one only with -o wide.
+        let gadget = "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g1}\nspec: {size: 7, color: teal}\n";
+        eventually(30, "the Gadget created", || {
+            server.kubectl_with_input(&["apply", "-f", "-"], Some(gadget)).status.success()
+        });
+        let gadgets = printed(&server, &["get", "gadgets"]);
+        assert_eq!(gadgets, [vec!["NAME", "SIZE", "READY"], vec!["g1", "7"]], "{backend}: a missing value is blank");
+        let status = r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#;
+        server.ok(&["patch", "gadget", "g1", "--subresource=status", "--type=merge", "-p", status]);
+        let gadgets = printed(&server, &["get", "gadgets", "-o", "wide"]);
+        assert_eq!(gadgets, [vec!["NAME", "SIZE", "READY", "COLOR"], vec!["g1", "7", "True", "teal"]], "{backend}");
+        // -A adds the namespace from each row's metadata; --show-labels reads it too.
+        let all = printed(&server, &["get", "deploy", "-A", "--show-labels"]);
+        assert_eq!((all[0][0].as_str(), all[1][0].as_str()), ("NAMESPACE", "default"), "{backend}");
+        assert_eq!(all[1].last().map(String::as_str), Some("<none>"), "{backend}: {all:?}");
+    }
+}
