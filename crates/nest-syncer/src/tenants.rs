@@ -232,22 +232,21 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         objects.push(writer.as_reader());
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
         let (queue_owner, key) = (syncer.clone(), found.key.clone());
-        let feed = reflector::reflector(writer, watcher(api, Default::default()).backoff(crate::Retry::new()))
-            .touched_objects()
-            .for_each(move |object| {
-                if let Err(error) = &object {
-                    tracing::debug!(tenant = %key, %error, "watching the tenant");
-                }
-                if let Ok(object) = object {
-                    let item = Item::Object {
-                        kind: index,
-                        namespace: object.namespace().unwrap_or_default(),
-                        name: object.name_any(),
-                    };
-                    queue_owner.queue.add(&key, item);
-                }
-                async {}
-            });
+        let stream = watcher(api, Default::default()).backoff(crate::Retry::new()).modify(crate::compact);
+        let feed = reflector::reflector(writer, stream).touched_objects().for_each(move |object| {
+            if let Err(error) = &object {
+                tracing::debug!(tenant = %key, %error, "watching the tenant");
+            }
+            if let Ok(object) = object {
+                let item = Item::Object {
+                    kind: index,
+                    namespace: object.namespace().unwrap_or_default(),
+                    name: object.name_any(),
+                };
+                queue_owner.queue.add(&key, item);
+            }
+            async {}
+        });
         tasks.push(tokio::spawn(feed));
     }
     let (namespaces, writer) = reflector::store::<Namespace>();
