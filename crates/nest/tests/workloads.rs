@@ -108,9 +108,12 @@ fn replica_sets_keep_their_pods_running_on_simulated_nodes() {
 }
 
 /// The app=web pods' images, and how many of them exist and are ready.
+/// The pods of `app=web` that are not terminating (those still shutting down count for neither bound, as in
+/// Kubernetes), how many are ready, and their images.
 fn census(server: &Server) -> (usize, usize, Vec<String>) {
     let list = server.json(&["get", "pods", "-l", "app=web"]);
-    let items = list["items"].as_array().unwrap();
+    let items: Vec<&Value> =
+        list["items"].as_array().unwrap().iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).collect();
     let ready = items.iter().filter(|p| pod_ready(p)).count();
     let images = items.iter().map(|p| p["spec"]["containers"][0]["image"].as_str().unwrap_or("").to_string()).collect();
     (items.len(), ready, images)
