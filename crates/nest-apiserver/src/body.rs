@@ -45,9 +45,10 @@ pub fn parse_patch(content_type: &str, bytes: &[u8], built_in: bool) -> Result<P
         "application/strategic-merge-patch+json" if built_in => Ok(Patch::Strategic(parse_json(bytes)?)),
         other => {
             let accepted = if built_in {
-                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, \
+                 application/strategic-merge-patch+json"
             } else {
-                "application/json-patch+json, application/merge-patch+json"
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
             };
             Err(ApiError::unsupported_media_type(format!(
                 "the body of the request was in an unknown format - accepted media types include: {accepted} \

@@ -375,6 +375,83 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
     }
 }
 
+/// Who a write is recorded for in `managedFields`: the `fieldManager` parameter, else the client's user agent up to
+/// its first `/` (`kubectl`), as kube-apiserver does.
+fn field_manager(query: &Query, request: &hyper::http::request::Parts) -> Result<String> {
+    if let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) {
+        if manager.chars().count() > 128 {
+            return Err(ApiError::invalid_patch_options("fieldManager: Too long: may not be more than 128 bytes"));
+        }
+        if manager.chars().any(char::is_control) {
+            return Err(ApiError::invalid_patch_options(
+                "fieldManager: Invalid value: must only contain printable characters",
+            ));
+        }
+        return Ok(manager.to_string());
+    }
+    let agent = request.headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let prefix: String = agent.split('/').next().unwrap_or_default().trim().chars().take(128).collect();
+    Ok(if prefix.is_empty() { "unknown".into() } else { prefix })
+}
+
+/// `PATCH` with `application/apply-patch+yaml`: server-side apply by the `fieldManager` ([`nest_registry::apply`]);
+/// creates the object when it does not exist.
+#[allow(clippy::too_many_arguments)]
+async fn server_side_apply(
+    registry: &nest_registry::Registry,
+    mut resource: nest_registry::Resource,
+    info: &nest_registry::ResourceInfo,
+    ns: &str,
+    name: &str,
+    subresource: Subresource,
+    query: &Query,
+    body: &[u8],
+) -> Result<Response<Body>> {
+    let manager = query
+        .get("fieldManager")
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::invalid_patch_options("fieldManager: Required value: is required for apply patch"))?
+        .to_string();
+    // Apply records its own managedFields.
+    resource.manager = None;
+    let force = query.flag("force");
+    let mut applied: Value =
+        serde_norway::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    if !applied.is_object() {
+        return Err(ApiError::bad_request("the apply configuration must be an object"));
+    }
+    match applied["metadata"]["name"].as_str() {
+        None | Some("") => applied["metadata"]["name"] = json!(name),
+        Some(given) if given != name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({given}) does not match the name on the URL ({name})"
+            )));
+        }
+        Some(_) => {}
+    }
+    if info.namespaced && applied["metadata"]["namespace"].as_str().is_none_or(str::is_empty) {
+        applied["metadata"]["namespace"] = json!(ns);
+    }
+    let warnings = query.field_validation(&resource, &applied)?;
+    let dry_run = query.dry_run()?;
+    let now = nest_registry::meta::now_rfc3339();
+    let resource = &resource;
+    let result = registry
+        .update_with(resource, ns, name, subresource, dry_run, |current| {
+            nest_registry::apply::apply(resource, Some(current), &applied, &manager, force, subresource, &now)
+        })
+        .await;
+    match result {
+        Err(error) if error.code == 404 && subresource == Subresource::Main => {
+            let object = nest_registry::apply::apply(resource, None, &applied, &manager, force, subresource, &now)?;
+            let created = registry.create(resource, ns, object, dry_run).await?;
+            Ok(with_warnings(json_response(StatusCode::CREATED, &created), &warnings))
+        }
+        Err(error) => Err(error),
+        Ok(applied) => Ok(with_warnings(json_response(StatusCode::OK, &applied), &warnings)),
+    }
+}
+
 /// An OpenAPI document, already serialized.
 fn openapi_document(method: &Method, doc: Option<Arc<Vec<u8>>>) -> Result<Response<Body>> {
     if method != Method::GET {
@@ -406,12 +483,15 @@ fn content_type(request: &hyper::http::request::Parts) -> String {
 
 async fn resource_request(
     state: &Arc<State>,
-    target: Target,
+    mut target: Target,
     request: &hyper::http::request::Parts,
     body: Bytes,
 ) -> Result<Response<Body>> {
     let query = Query::parse(request.uri.query())?;
     let method = request.method.clone();
+    if matches!(method, Method::POST | Method::PUT | Method::PATCH) {
+        target.resource.manager = Some(field_manager(&query, request)?);
+    }
     let representation = Representation::negotiate(request.headers.get("accept").and_then(|v| v.to_str().ok()))?;
     let registry = &state.registry;
     let info = target.resource.info.clone();
@@ -494,8 +574,21 @@ async fn resource_request(
             let updated = registry.update(&target.resource, ns, name, body, subresource, query.dry_run()?).await?;
             Ok(with_warnings(json_response(StatusCode::OK, &updated), &warnings))
         }
+        (&Method::PATCH, Some(name), sub @ (None | Some("status")))
+            if content_type == "application/apply-patch+yaml" =>
+        {
+            verb_allowed("patch")?;
+            let subresource = if sub == Some("status") { Subresource::Status } else { Subresource::Main };
+            let name = name.to_string();
+            server_side_apply(registry, target.resource, &info, ns, &name, subresource, &query, &body).await
+        }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
             verb_allowed("patch")?;
+            if query.get("force").is_some() {
+                return Err(ApiError::invalid_patch_options(
+                    "force: Forbidden: may not be specified for non-apply patch",
+                ));
+            }
             let patch = parse_patch(&content_type, &body, target.resource.schema.is_some())?;
             // A merge patch has the object's shape, so its unknown fields are the result's.
             let warnings = match &patch {

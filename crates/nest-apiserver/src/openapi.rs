@@ -168,7 +168,8 @@ fn add_paths(info: &ResourceInfo, root: &str, paths: &mut Map<String, Value>) {
     ];
     let mut patch_parameters = write_parameters.clone();
     patch_parameters.push(query("force", "Force is going to \"force\" Apply requests."));
-    let mut patch_types = vec!["application/json-patch+json", "application/merge-patch+json"];
+    let mut patch_types =
+        vec!["application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"];
     if !info.custom {
         patch_types.push("application/strategic-merge-patch+json");
     }
@@ -250,6 +251,12 @@ mod tests {
         assert_eq!(strategy["x-kubernetes-patch-strategy"], "retainKeys");
         let containers = &doc["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
         assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+        assert_eq!(
+            (containers["x-kubernetes-list-type"].as_str(), &containers["x-kubernetes-list-map-keys"]),
+            (Some("map"), &json!(["name"]))
+        );
+        let selector = &doc["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector"];
+        assert_eq!(selector["x-kubernetes-map-type"], "atomic");
         assert!(document(&catalog, "nope.example.com", "v1").is_none());
     }
 }

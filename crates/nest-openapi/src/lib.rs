@@ -8,6 +8,7 @@
 //! A kind's schema is generated the first time it is asked for and kept. Descriptions are dropped (they are most of
 //! the document and validation has no use for them).
 
+pub mod list_meta;
 pub mod patch_meta;
 
 use std::collections::HashMap;
@@ -148,8 +149,9 @@ pub fn kinds() -> impl Iterator<Item = (&'static str, &'static str, &'static str
 }
 
 /// The schema of a kind as `/openapi/v3` publishes it: the name of its definition and every definition it reaches,
-/// descriptions included, the kind's own marked with `x-kubernetes-group-version-kind` and fields with a patch
-/// strategy with `x-kubernetes-patch-strategy` and `x-kubernetes-patch-merge-key` ([`patch_meta`]).
+/// descriptions included, the kind's own marked with `x-kubernetes-group-version-kind`, fields with a patch strategy
+/// with `x-kubernetes-patch-strategy` and `x-kubernetes-patch-merge-key` ([`patch_meta`]), lists with
+/// `x-kubernetes-list-type` (and map keys) and atomic structures with `x-kubernetes-map-type` ([`list_meta`]).
 pub fn published(group: &str, version: &str, kind: &str) -> Option<(String, Map<String, Value>)> {
     let &(g, v, k, _, describe) = KINDS.iter().find(|(g, v, k, _, _)| *g == group && *v == version && *k == kind)?;
     let (root, mut definitions) = describe();
@@ -181,6 +183,34 @@ fn describe<T: JsonSchema>() -> (String, Map<String, Value>) {
             if let Some(key) = strategy.1 {
                 property.insert("x-kubernetes-patch-merge-key".into(), key.into());
             }
+        }
+        // Server-side apply's list and map types ([`list_meta`]).
+        for (field, property) in properties.iter_mut() {
+            let Some(property) = property.as_object_mut() else { continue };
+            if property.get("type").and_then(Value::as_str) == Some("array") {
+                match list_meta::list_type(definition, field) {
+                    list_meta::ListType::Atomic => {
+                        property.insert("x-kubernetes-list-type".into(), "atomic".into());
+                    }
+                    list_meta::ListType::Set => {
+                        property.insert("x-kubernetes-list-type".into(), "set".into());
+                    }
+                    list_meta::ListType::Map(keys) => {
+                        property.insert("x-kubernetes-list-type".into(), "map".into());
+                        property.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(keys));
+                    }
+                }
+            }
+            if let Some(kind) = list_meta::field_map_type(definition, field) {
+                property.insert("x-kubernetes-map-type".into(), kind.into());
+            }
+        }
+    }
+    for (definition, schema) in definitions.iter_mut() {
+        if list_meta::atomic_definition(definition)
+            && let Some(schema) = schema.as_object_mut()
+        {
+            schema.insert("x-kubernetes-map-type".into(), "atomic".into());
         }
     }
     (name.to_string(), definitions)

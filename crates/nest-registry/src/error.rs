@@ -55,7 +55,18 @@ pub struct Details {
 }
 
 impl ApiError {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+    /// 422 for bad PatchOptions (`fieldManager`, `force`), as kube-apiserver words it.
+    pub fn invalid_patch_options(detail: &str) -> ApiError {
+        let (field, _) = detail.split_once(':').unwrap_or((detail, ""));
+        let mut error = ApiError::new(422, "Invalid", format!("PatchOptions.meta.k8s.io \"\" is invalid: {detail}"));
+        error.details.group = Some("meta.k8s.io".into());
+        error.details.kind = Some("PatchOptions".into());
+        error.details.causes =
+            vec![Cause { reason: "FieldValueInvalid", message: detail.to_string(), field: field.to_string() }];
+        error
+    }
+
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { code, reason, message: message.into(), details: Box::default() }
     }
 

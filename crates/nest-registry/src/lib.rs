@@ -8,6 +8,7 @@
 //!
 //! Start with [`store::Registry`].
 
+pub mod apply;
 pub mod base64;
 pub mod cache;
 pub mod catalog;

@@ -32,13 +32,16 @@ pub struct Resource {
     pub strategy: Box<dyn Strategy>,
     /// A built-in kind's OpenAPI schema, which every body is decoded against.
     pub schema: Option<Arc<nest_openapi::KindSchema>>,
+    /// The field manager writes are recorded for in `managedFields` ([`crate::apply::track_update`]); `None`
+    /// records nothing (the server's own writes, and apply, which records itself).
+    pub manager: Option<String>,
 }
 
 impl Resource {
     pub fn new(info: Arc<ResourceInfo>) -> Resource {
         let strategy = strategy::for_resource(&info);
         let schema = if info.custom { None } else { nest_openapi::kind_schema(&info.group, &info.version, &info.kind) };
-        Resource { info, strategy, schema }
+        Resource { info, strategy, schema, manager: None }
     }
 
     /// Decodes a request body as kube-apiserver decodes it into the kind's Go type: a field of the wrong type is a
@@ -647,6 +650,9 @@ impl Registry {
             return Err(ApiError::invalid(info, &check_name, causes));
         }
         self.check_namespace(resource, namespace, &check_name).await?;
+        if let Some(manager) = &resource.manager {
+            crate::apply::track_update(resource, None, &mut obj, manager, Subresource::Main, &meta::now_rfc3339());
+        }
         let allocated = if dry_run { None } else { self.allocate_cluster_ip(info, &mut obj).await? };
         let created = self.create_named(resource, namespace, obj, &given, &generate, &check_name, dry_run).await;
         if created.is_err()
@@ -766,6 +772,9 @@ impl Registry {
         if !causes.is_empty() {
             return Err(ApiError::invalid(info, name, causes));
         }
+        if let Some(manager) = &resource.manager {
+            crate::apply::track_update(resource, Some(old), &mut obj, manager, subresource, &meta::now_rfc3339());
+        }
         if dry_run {
             meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(current.0.to_string()));
             return Ok(Updated::DryRun(obj));
@@ -815,6 +824,7 @@ impl Registry {
     /// Builds the object an update stores from the old one and the body, keeping what clients may not change.
     fn merge_update(&self, resource: &Resource, old: &Value, body: Value, subresource: Subresource) -> Result<Value> {
         let info = &resource.info;
+        let body_managed_fields = body["metadata"].get("managedFields").cloned();
         let mut obj = match subresource {
             Subresource::Status => {
                 let mut obj = old.clone();
@@ -837,6 +847,12 @@ impl Registry {
         };
         if obj.get("status").is_some_and(Value::is_null) {
             obj.as_object_mut().expect("an object").remove("status");
+        }
+        // managedFields travel with every write, status included (server-side apply to `/status` sets them).
+        if subresource != Subresource::Main
+            && let Some(fields) = body_managed_fields
+        {
+            meta::metadata_mut(&mut obj).insert("managedFields".into(), fields);
         }
         obj["apiVersion"] = json!(info.api_version());
         obj["kind"] = json!(info.kind);

@@ -1,5 +1,6 @@
 //! kube-rs against a real `nest apiserver`: typed CRUD, a watcher-fed reflector that stays consistent, a
-//! `CustomResource` derive installed and awaited until Established, and a `Controller` using the `finalizer` helper.
+//! `CustomResource` derive installed and awaited until Established, a `Controller` using the `finalizer` helper and
+//! writing status by server-side apply, and `Patch::Apply` of a Deployment's spec and status.
 
 mod common;
 
@@ -142,12 +143,16 @@ fn kube_rs_custom_resource_and_a_controller_with_a_finalizer() {
                             finalizer(&gizmos, "nest.test/cleanup", gizmo, |event| async {
                                 match event {
                                     Finalizer::Apply(g) => {
-                                        let status = serde_json::json!({"status": {"seen": true}});
+                                        // The status by server-side apply, forcing, as controllers commonly write it.
+                                        let status = serde_json::json!({
+                                            "apiVersion": "nest.test/v1", "kind": "Gizmo",
+                                            "status": {"seen": true},
+                                        });
                                         gizmos
                                             .patch_status(
                                                 &g.name_any(),
-                                                &PatchParams::default(),
-                                                &Patch::Merge(&status),
+                                                &PatchParams::apply("gizmo-controller").force(),
+                                                &Patch::Apply(&status),
                                             )
                                             .await?;
                                         Ok::<_, kube::Error>(Action::await_change())
@@ -174,6 +179,13 @@ fn kube_rs_custom_resource_and_a_controller_with_a_finalizer() {
                 let g = gizmos.get("g1").await.unwrap();
                 if g.finalizers().iter().any(|f| f == "nest.test/cleanup") && g.status.as_ref().is_some_and(|s| s.seen)
                 {
+                    let entries = g.metadata.managed_fields.clone().unwrap_or_default();
+                    let status = entries.iter().find(|e| e.manager.as_deref() == Some("gizmo-controller"));
+                    let status = status.unwrap_or_else(|| panic!("{backend}: no entry of the controller: {entries:?}"));
+                    assert_eq!(
+                        (status.operation.as_deref(), status.subresource.as_deref()),
+                        (Some("Apply"), Some("status"))
+                    );
                     break;
                 }
                 assert!(tokio::time::Instant::now() < deadline, "{backend}: the controller never reconciled: {g:?}");
@@ -188,6 +200,75 @@ fn kube_rs_custom_resource_and_a_controller_with_a_finalizer() {
             // kube-rs may run a cleanup more than once (reconcilers are idempotent); it must have run.
             assert!(cleaned.load(Ordering::SeqCst) >= 1, "{backend}: cleanup ran");
             runner.abort();
+        });
+    }
+}
+
+/// kube-rs's `Patch::Apply`: a deployer that applies the same Deployment spec again and again (one Apply entry in
+/// managedFields, nothing changing), then stops applying a field (it goes); a status controller applying the status
+/// with `force`, recorded for the status subresource; and a second status applier that conflicts until it forces.
+#[test]
+fn kube_rs_server_side_apply_of_a_spec_and_a_status() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        runtime().block_on(async {
+            let deployments: Api<Deployment> = Api::namespaced(client(&server).await, "default");
+            let spec = |replicas: Option<i64>| {
+                let mut d = serde_json::json!({
+                    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                    "spec": {"selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                            "spec": {"containers": [{"name": "web", "image": "nginx"}]}}},
+                });
+                if let Some(replicas) = replicas {
+                    d["spec"]["replicas"] = serde_json::json!(replicas);
+                }
+                d
+            };
+            let deployer = PatchParams::apply("deployer");
+            let first = deployments.patch("web", &deployer, &Patch::Apply(&spec(Some(3)))).await.unwrap();
+            for _ in 0..3 {
+                deployments.patch("web", &deployer, &Patch::Apply(&spec(Some(3)))).await.unwrap();
+            }
+            let web = deployments.get("web").await.unwrap();
+            assert_eq!(web.metadata.generation, Some(1), "{backend}: the same apply again changes nothing");
+            let entries = web.metadata.managed_fields.clone().unwrap_or_default();
+            assert_eq!(entries.len(), 1, "{backend}: {entries:?}");
+            let entry = &entries[0];
+            assert_eq!((entry.manager.as_deref(), entry.operation.as_deref()), (Some("deployer"), Some("Apply")));
+            assert_eq!(entry.fields_type.as_deref(), Some("FieldsV1"));
+            assert_eq!(entry.time, first.metadata.managed_fields.unwrap()[0].time, "{backend}: kept its time");
+            let fields = &entry.fields_v1.as_ref().unwrap().0;
+            assert_eq!(fields["f:spec"]["f:replicas"], serde_json::json!({}));
+            let container = &fields["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"web\"}"];
+            assert_eq!(container, &serde_json::json!({".": {}, "f:image": {}, "f:name": {}}), "{backend}");
+            // No longer applying replicas: the field goes (and the default comes back).
+            let web = deployments.patch("web", &deployer, &Patch::Apply(&spec(None))).await.unwrap();
+            assert_eq!(web.spec.unwrap().replicas, Some(1), "{backend}");
+
+            // A status controller applies the status, forcing.
+            let status = |state: &str| {
+                serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                    "status": {"conditions": [{"type": "Available", "status": state, "reason": "Checked"}]}})
+            };
+            let controller = PatchParams::apply("status-controller").force();
+            let web = deployments.patch_status("web", &controller, &Patch::Apply(&status("True"))).await.unwrap();
+            let conditions = web.status.unwrap().conditions.unwrap();
+            assert_eq!((conditions[0].type_.as_str(), conditions[0].status.as_str()), ("Available", "True"));
+            let entries = web.metadata.managed_fields.unwrap();
+            let recorded = entries.iter().find(|e| e.manager.as_deref() == Some("status-controller")).unwrap();
+            assert_eq!(recorded.subresource.as_deref(), Some("status"), "{backend}");
+            let fields = &recorded.fields_v1.as_ref().unwrap().0;
+            assert!(fields["f:status"]["f:conditions"].get("k:{\"type\":\"Available\"}").is_some(), "{fields}");
+            assert!(entries.iter().any(|e| e.manager.as_deref() == Some("deployer")), "{backend}: the spec's stays");
+            // Another applier of the same condition conflicts, then forces.
+            let other = PatchParams::apply("other");
+            let refused = deployments.patch_status("web", &other, &Patch::Apply(&status("False"))).await.unwrap_err();
+            assert!(matches!(refused, kube::Error::Api(ref s) if s.code == 409), "{backend}: {refused}");
+            let forced =
+                deployments.patch_status("web", &other.force(), &Patch::Apply(&status("False"))).await.unwrap();
+            assert_eq!(forced.status.unwrap().conditions.unwrap()[0].status, "False", "{backend}");
         });
     }
 }

@@ -271,3 +271,80 @@ fn kubectl_get_prints_the_columns_kube_apiserver_prints() {
         assert_eq!(all[1].last().map(String::as_str), Some("<none>"), "{backend}: {all:?}");
     }
 }
+
+/// The manager entries of an object's managedFields: `(manager, operation, fieldsV1)`.
+fn managers(object: &serde_json::Value) -> Vec<(String, String, serde_json::Value)> {
+    let entries = object["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+    entries
+        .iter()
+        .map(|e| {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            (text(&e["manager"]), text(&e["operation"]), e["fieldsV1"].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn kubectl_apply_server_side_conflicts_force_and_the_move_from_client_side() {
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        let dir = tempfile::tempdir().unwrap();
+        let first = write(dir.path(), "first.yaml", FIRST);
+        eventually(30, "the whole file applied server-side", || {
+            server.kubectl(&["apply", "--server-side", "-f", &first]).status.success()
+        });
+        let deployment = server.json(&["get", "deployment", "web", "-n", "shop", "--show-managed-fields"]);
+        let entries = managers(&deployment);
+        let (manager, operation, fields) = &entries[0];
+        assert_eq!((manager.as_str(), operation.as_str()), ("kubectl", "Apply"), "{backend}: {entries:?}");
+        assert_eq!(fields["f:spec"]["f:replicas"], serde_json::json!({}));
+        let container = &fields["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"web\"}"];
+        assert!(container["f:env"].get("k:{\"name\":\"DEBUG\"}").is_some(), "{backend}: {fields}");
+
+        // A second manager changes one field: applying the old value conflicts, naming it; forcing wins.
+        server.ok(&[
+            "patch",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":3}}"#,
+            "--field-manager=ops",
+        ]);
+        let conflict = server.kubectl(&["apply", "--server-side", "-f", &first]);
+        let stderr = String::from_utf8_lossy(&conflict.stderr);
+        assert!(!conflict.status.success(), "{backend}");
+        assert!(stderr.contains("conflict with \"ops\"") && stderr.contains(".spec.replicas"), "{backend}: {stderr}");
+        assert_eq!(server.ok(&["get", "deployment", "web", "-n", "shop", "-o", "jsonpath={.spec.replicas}"]), "3");
+        server.ok(&["apply", "--server-side", "--force-conflicts", "-f", &first]);
+        let deployment = server.json(&["get", "deployment", "web", "-n", "shop", "--show-managed-fields"]);
+        assert_eq!(deployment["spec"]["replicas"], 1, "{backend}");
+        assert!(managers(&deployment).iter().all(|(m, _, _)| m != "ops"), "{backend}: ops lost its only field");
+
+        // Fields no longer applied are removed, unless another manager owns them.
+        server.ok(&["label", "deployment", "web", "-n", "shop", "owner=ops"]);
+        let edited = FIRST.replace(", {name: DEBUG, value: \"1\"}", "").replace(", tier: front", "");
+        server.ok(&["apply", "--server-side", "-f", &write(dir.path(), "edited.yaml", &edited)]);
+        let deployment = server.json(&["get", "deployment", "web", "-n", "shop"]);
+        assert_eq!(deployment["metadata"]["labels"], serde_json::json!({"app": "web", "owner": "ops"}), "{backend}");
+        let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+        assert_eq!(env, &serde_json::json!([{"name": "COLOR", "value": "blue"}]), "{backend}");
+        // The same for a custom resource.
+        let widget = FIRST.replace("spec: {size: 3, color: red}", "spec: {size: 4}");
+        server.ok(&["apply", "--server-side", "-f", &write(dir.path(), "widget.yaml", &widget)]);
+        let w1 = server.json(&["get", "widget", "w1", "-n", "shop"]);
+        assert_eq!(w1["spec"], serde_json::json!({"size": 4}), "{backend}");
+
+        // From client-side to server-side apply: kubectl's upgrade takes over what it applied client-side without
+        // conflicts.
+        let config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: moved, namespace: shop}\ndata: {a: \"1\"}\n";
+        server.ok(&["apply", "-f", &write(dir.path(), "moved.yaml", config)]);
+        let changed = config.replace("a: \"1\"", "a: \"2\"");
+        server.ok(&["apply", "--server-side", "-f", &write(dir.path(), "moved2.yaml", &changed)]);
+        let moved = server.json(&["get", "configmap", "moved", "-n", "shop", "--show-managed-fields"]);
+        assert_eq!(moved["data"]["a"], "2", "{backend}");
+        assert!(managers(&moved).iter().any(|(m, op, _)| m == "kubectl" && op == "Apply"), "{backend}: {moved}");
+    }
+}
