@@ -185,9 +185,17 @@ fn skipped_top(field: &str, subresource: Subresource, has_status: bool) -> bool 
     }
 }
 
+/// What `object` sets: every field path, with its value (`None` for a list item's own membership, `k:`/`v:`).
+type Fields<'v> = BTreeMap<Path, Option<&'v Value>>;
+
 /// The fields `object` sets.
 fn fields_of(object: &Value, resource: &Resource, subresource: Subresource) -> Set {
-    let mut set = Set::new();
+    collect(object, resource, subresource).into_keys().collect()
+}
+
+/// The fields `object` sets, with their values.
+fn collect<'v>(object: &'v Value, resource: &Resource, subresource: Subresource) -> Fields<'v> {
+    let mut set = Fields::new();
     let mut path = Vec::new();
     let Value::Object(map) = object else { return set };
     for (field, value) in map {
@@ -213,7 +221,7 @@ fn fields_of(object: &Value, resource: &Resource, subresource: Subresource) -> S
 }
 
 /// Adds the fields of `value`, the value of `field` of the structure at `parent`, found at `path`.
-fn walk_field(value: &Value, parent: At, field: &str, path: &mut Path, set: &mut Set) {
+fn walk_field<'v>(value: &'v Value, parent: At, field: &str, path: &mut Path, set: &mut Fields<'v>) {
     match value {
         Value::Object(map) if !map.is_empty() && !parent.atomic(field) => {
             let at = parent.field(field, false);
@@ -225,12 +233,12 @@ fn walk_field(value: &Value, parent: At, field: &str, path: &mut Path, set: &mut
         }
         Value::Array(items) if !items.is_empty() => match parent.list_type(field) {
             ListType::Atomic => {
-                set.insert(path.clone());
+                set.insert(path.clone(), Some(value));
             }
             ListType::Set => {
                 for item in items {
                     path.push(format!("v:{}", serde_json::to_string(item).expect("JSON")));
-                    set.insert(path.clone());
+                    set.insert(path.clone(), None);
                     path.pop();
                 }
             }
@@ -238,11 +246,11 @@ fn walk_field(value: &Value, parent: At, field: &str, path: &mut Path, set: &mut
                 let at = parent.field(field, false).items();
                 for item in items {
                     let Some(key) = item_key(item, keys) else {
-                        set.insert(path.clone());
+                        set.insert(path.clone(), Some(value));
                         continue;
                     };
                     path.push(key);
-                    set.insert(path.clone());
+                    set.insert(path.clone(), None);
                     if let Value::Object(fields) = item {
                         for (name, child) in fields {
                             path.push(format!("f:{name}"));
@@ -255,7 +263,7 @@ fn walk_field(value: &Value, parent: At, field: &str, path: &mut Path, set: &mut
             }
         },
         _ => {
-            set.insert(path.clone());
+            set.insert(path.clone(), Some(value));
         }
     }
 }
@@ -273,7 +281,14 @@ fn step<'v>(at: &'v Value, element: &str) -> Option<&'v Value> {
     if let Some(field) = element.strip_prefix("f:") {
         return at.get(field);
     }
-    at.as_array()?.iter().find(|item| matches_element(item, element))
+    let items = at.as_array()?;
+    if let Some(key) = element.strip_prefix("k:") {
+        let key = serde_json::from_str::<Map<String, Value>>(key).ok()?;
+        let keys: Vec<&str> = key.keys().map(String::as_str).collect();
+        return items.iter().find(|item| item_key(item, &keys).as_deref() == Some(element));
+    }
+    let value = serde_json::from_str::<Value>(element.strip_prefix("v:")?).ok()?;
+    items.iter().find(|item| **item == value)
 }
 
 /// Whether list item `item` is the one `element` (`k:…` or `v:…`) names.
@@ -630,13 +645,14 @@ pub fn track_update(
         (Some(given), Some(_)) if given.as_array().is_some_and(Vec::is_empty) => Vec::new(),
         _ => old.map(entries).unwrap_or_default(),
     };
-    let after = fields_of(new, resource, subresource);
-    let before = old.map(|o| fields_of(o, resource, subresource)).unwrap_or_default();
-    let empty = json!({});
-    let old_value = old.unwrap_or(&empty);
-    let changed: Set =
-        after.iter().filter(|p| !before.contains(*p) || value_at(old_value, p) != value_at(new, p)).cloned().collect();
-    let gone: Set = before.difference(&after).cloned().collect();
+    let (changed, gone): (Set, Set) = {
+        let after = collect(new, resource, subresource);
+        let before = old.map(|o| collect(o, resource, subresource)).unwrap_or_default();
+        // A list item's own membership changes hands only when the item is new.
+        let changed = after.iter().filter(|(p, v)| before.get(*p) != Some(*v)).map(|(p, _)| p.clone()).collect();
+        let gone = before.keys().filter(|p| !after.contains_key(*p)).cloned().collect();
+        (changed, gone)
+    };
     for entry in entries.iter_mut() {
         entry.fields.retain(|p| !changed.contains(p) && !gone.contains(p));
     }

@@ -256,8 +256,7 @@ async fn reconcile_object(
     let super_reference = ObjectRef::new_with(name, spec.resource.clone()).within(&super_namespace);
     let super_object = syncer.super_objects[kind].get(&super_reference);
     let tenant_value = tenant_object.as_ref().map(|o| crate::full(o));
-    let super_value =
-        super_object.as_ref().map(|o| serde_json::to_value(o.as_ref())).transpose().map_err(kube::Error::SerdeError)?;
+    let super_value = super_object.as_ref().map(|o| crate::full(o));
     let owned_by = |value: &Value, uid: &Value| value["metadata"]["annotations"][TENANT_UID] == *uid;
     let ours = super_value.as_ref().is_some_and(|s| {
         s["metadata"]["labels"][TENANT_LABEL] == tenant.key.as_str()
