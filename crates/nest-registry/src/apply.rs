@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, LazyLock};
 
 use nest_openapi::KindSchema;
-use nest_openapi::list_meta::{self, ListType};
+use nest_openapi::list_meta::{self, ListType as Published};
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, Cause, Result};
@@ -52,6 +52,13 @@ const SERVER_METADATA: &[&str] = &[
 
 /// ObjectMeta's schema, for custom resources' metadata.
 static META: LazyLock<Option<Arc<KindSchema>>> = LazyLock::new(|| nest_openapi::kind_schema("", "v1", "ConfigMap"));
+
+/// How a list merges: as a whole, as a set, or as a map by the values of these keys.
+enum ListType<'a> {
+    Atomic,
+    Set,
+    Map(Vec<&'a str>),
+}
 
 /// Where a value sits in its kind's schema.
 #[derive(Clone, Copy)]
@@ -110,27 +117,25 @@ impl<'a> At<'a> {
     }
 
     /// How the list in `field` here merges.
-    fn list_type(self, field: &str) -> ListType {
+    fn list_type(self, field: &str) -> ListType<'a> {
         match self {
-            At::Builtin(..) => match self.resolved().0 {
-                Some(definition) => list_meta::list_type(definition, field),
-                None => ListType::Atomic,
+            At::Builtin(..) => match self.resolved().0.map(|definition| list_meta::list_type(definition, field)) {
+                Some(Published::Set) => ListType::Set,
+                Some(Published::Map(keys)) => ListType::Map(keys.to_vec()),
+                Some(Published::Atomic) | None => ListType::Atomic,
             },
             At::Custom(_) => {
                 let At::Custom(Some(node)) = self.field(field, false) else { return ListType::Atomic };
                 match node["x-kubernetes-list-type"].as_str() {
                     Some("set") => ListType::Set,
-                    Some("map") => {
-                        let keys: Vec<&'static str> = node["x-kubernetes-list-map-keys"]
+                    Some("map") => ListType::Map(
+                        node["x-kubernetes-list-map-keys"]
                             .as_array()
                             .into_iter()
                             .flatten()
                             .filter_map(Value::as_str)
-                            // A CRD's keys live as long as the process's catalogue; few and small.
-                            .map(|k| &*Box::leak(k.to_string().into_boxed_str()))
-                            .collect();
-                        ListType::Map(Box::leak(keys.into_boxed_slice()))
-                    }
+                            .collect(),
+                    ),
                     _ => ListType::Atomic,
                 }
             }
@@ -245,7 +250,7 @@ fn walk_field<'v>(value: &'v Value, parent: At, field: &str, path: &mut Path, se
             ListType::Map(keys) => {
                 let at = parent.field(field, false).items();
                 for item in items {
-                    let Some(key) = item_key(item, keys) else {
+                    let Some(key) = item_key(item, &keys) else {
                         set.insert(path.clone(), Some(value));
                         continue;
                     };
@@ -357,8 +362,8 @@ fn merge_into(live: &mut Value, applied: &Value, at: At, top: bool) {
                 ListType::Map(keys) => {
                     let item_at = child.items();
                     for item in items {
-                        let key = item_key(item, keys);
-                        match current.iter_mut().find(|c| key.is_some() && item_key(c, keys) == key) {
+                        let key = item_key(item, &keys);
+                        match current.iter_mut().find(|c| key.is_some() && item_key(c, &keys) == key) {
                             Some(existing) => merge_into(existing, item, item_at, false),
                             None => current.push(item.clone()),
                         }
@@ -750,6 +755,36 @@ mod tests {
         one["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "A", "value": "1"}]);
         let with_one = apply(&deployments, Some(&with_two), &one, "ci", false, Subresource::Main, NOW).unwrap();
         assert_eq!(with_one["spec"]["template"]["spec"]["containers"][0]["env"], json!([{"name": "A", "value": "1"}]));
+    }
+
+    #[test]
+    fn a_custom_resource_list_merges_by_the_keys_its_schema_declares() {
+        let crd = json!({
+            "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                        "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                            "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}},
+                        "tags": {"type": "array", "items": {"type": "string"}}}}}}}}]},
+            "status": {"conditions": [{"type": "Established", "status": "True"}]},
+        });
+        let catalog = Catalog::with_crds([&crd]);
+        let widgets = Resource::new(catalog.find("example.com", "v1", "widgets").unwrap());
+        let widget = |ports: Value, tags: Value| json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"ports": ports, "tags": tags}});
+        let first = widget(json!([{"name": "http", "port": 80}]), json!(["a"]));
+        let object = apply(&widgets, None, &first, "one", false, Subresource::Main, NOW).unwrap();
+        let second = widget(json!([{"name": "https", "port": 443}]), json!(["b"]));
+        let merged = apply(&widgets, Some(&object), &second, "two", false, Subresource::Main, NOW);
+        // The map list merges by name; the untyped list is atomic, so the second manager's tags conflict.
+        let error = merged.unwrap_err();
+        assert_eq!(error.details.causes.len(), 1, "{error:?}");
+        assert_eq!(error.details.causes[0].field, ".spec.tags");
+        let merged = apply(&widgets, Some(&object), &second, "two", true, Subresource::Main, NOW).unwrap();
+        assert_eq!(merged["spec"]["ports"], json!([{"name": "http", "port": 80}, {"name": "https", "port": 443}]));
+        assert_eq!(merged["spec"]["tags"], json!(["b"]));
+        let entries = merged["metadata"]["managedFields"].as_array().unwrap();
+        let one = entries.iter().find(|e| e["manager"] == "one").unwrap();
+        assert!(one["fieldsV1"]["f:spec"]["f:ports"].get("k:{\"name\":\"http\"}").is_some(), "{one}");
     }
 
     #[test]
