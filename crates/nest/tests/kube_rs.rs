@@ -226,6 +226,27 @@ fn kube_rs_server_side_apply_of_a_spec_and_a_status() {
                 }
                 d
             };
+            // An apply names its field manager (kube-rs always does; a bare request without one is refused), and
+            // `force` is for apply only.
+            let path = "/apis/apps/v1/namespaces/default/deployments/web";
+            let bare = hyper::Request::patch(path)
+                .header("content-type", "application/apply-patch+yaml")
+                .body(serde_json::to_vec(&spec(Some(1))).unwrap())
+                .unwrap();
+            let refused = client(&server).await.request::<serde_json::Value>(bare).await.unwrap_err();
+            assert!(
+                matches!(refused, kube::Error::Api(ref s) if s.code == 422 && s.message.contains("fieldManager: Required value")),
+                "{backend}: {refused}"
+            );
+            let forced_merge = hyper::Request::patch(format!("{path}?force=true"))
+                .header("content-type", "application/merge-patch+json")
+                .body(b"{}".to_vec())
+                .unwrap();
+            let refused = client(&server).await.request::<serde_json::Value>(forced_merge).await.unwrap_err();
+            assert!(
+                matches!(refused, kube::Error::Api(ref s) if s.code == 422 && s.message.contains("non-apply patch")),
+                "{backend}: {refused}"
+            );
             let deployer = PatchParams::apply("deployer");
             let first = deployments.patch("web", &deployer, &Patch::Apply(&spec(Some(3)))).await.unwrap();
             for _ in 0..3 {
