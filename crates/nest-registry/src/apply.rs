@@ -287,26 +287,18 @@ fn step<'v>(at: &'v Value, element: &str) -> Option<&'v Value> {
         return at.get(field);
     }
     let items = at.as_array()?;
+    items.get(position(items, element)?)
+}
+
+/// Where in `items` the item `element` (`k:…` or `v:…`) names is; the element is decoded once.
+fn position(items: &[Value], element: &str) -> Option<usize> {
     if let Some(key) = element.strip_prefix("k:") {
         let key = serde_json::from_str::<Map<String, Value>>(key).ok()?;
         let keys: Vec<&str> = key.keys().map(String::as_str).collect();
-        return items.iter().find(|item| item_key(item, &keys).as_deref() == Some(element));
+        return items.iter().position(|item| item_key(item, &keys).as_deref() == Some(element));
     }
     let value = serde_json::from_str::<Value>(element.strip_prefix("v:")?).ok()?;
-    items.iter().find(|item| **item == value)
-}
-
-/// Whether list item `item` is the one `element` (`k:…` or `v:…`) names.
-fn matches_element(item: &Value, element: &str) -> bool {
-    if let Some(key) = element.strip_prefix("k:") {
-        let Ok(key) = serde_json::from_str::<Map<String, Value>>(key) else { return false };
-        let keys: Vec<&str> = key.keys().map(String::as_str).collect();
-        return item_key(item, &keys).as_deref() == Some(element);
-    }
-    if let Some(value) = element.strip_prefix("v:") {
-        return serde_json::from_str::<Value>(value).is_ok_and(|value| *item == value);
-    }
-    false
+    items.iter().position(|item| *item == value)
 }
 
 /// Removes what `path` names from `object`.
@@ -314,14 +306,12 @@ fn remove_at(object: &mut Value, path: &[String]) {
     let Some((last, parents)) = path.split_last() else { return };
     let mut at = object;
     for element in parents {
-        let next = if let Some(field) = element.strip_prefix("f:") {
-            at.get_mut(field)
-        } else {
-            let position = at.as_array().and_then(|items| items.iter().position(|i| matches_element(i, element)));
-            match position {
+        let next = match element.strip_prefix("f:") {
+            Some(field) => at.get_mut(field),
+            None => match at.as_array().and_then(|items| position(items, element)) {
                 Some(i) => at.get_mut(i),
                 None => None,
-            }
+            },
         };
         match next {
             Some(next) => at = next,
@@ -332,8 +322,10 @@ fn remove_at(object: &mut Value, path: &[String]) {
         if let Some(map) = at.as_object_mut() {
             map.remove(field);
         }
-    } else if let Some(items) = at.as_array_mut() {
-        items.retain(|item| !matches_element(item, last));
+    } else if let Some(items) = at.as_array_mut()
+        && let Some(i) = position(items, last)
+    {
+        items.remove(i);
     }
 }
 
