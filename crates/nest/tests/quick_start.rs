@@ -24,7 +24,7 @@ use common::{KUBECTL, eventually};
 /// The quick start's shell blocks, in order, from a README.
 fn quick_start_blocks(readme: &str) -> Vec<String> {
     let section = readme.split("\n## Quick start\n").nth(1).expect("README has a Quick start section");
-    let section = section.split("\n## ").next().unwrap();
+    let section = section.split("\n## ").next().unwrap().split("\n### ").next().unwrap();
     let mut blocks = Vec::new();
     let mut lines = section.lines();
     while let Some(line) = lines.next() {
