@@ -48,7 +48,11 @@ pub struct Runtime {
 impl Runtime {
     /// A runtime keeping its files under `config.data_dir`. Processes left behind by an earlier run of this node
     /// (the node was killed) are killed first; their pods start again when they are reconciled.
-    pub fn new(client: Client, config: Config) -> std::io::Result<Runtime> {
+    ///
+    /// A relative `data_dir` is made absolute first: the paths of volumes and files handed to a pod's processes are
+    /// beneath it, and those processes run in their pod's directory, not in this process's.
+    pub fn new(client: Client, mut config: Config) -> std::io::Result<Runtime> {
+        config.data_dir = std::path::absolute(&config.data_dir)?;
         std::fs::create_dir_all(config.data_dir.join("pods"))?;
         std::fs::create_dir_all(config.data_dir.join("claims"))?;
         for entry in std::fs::read_dir(config.data_dir.join("pods"))?.flatten() {

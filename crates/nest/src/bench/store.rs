@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     duration: Duration,
     /// Where the embedded store's temporary directory goes (the same disk etcd uses, by default the system's).
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR")]
     data_dir: Option<std::path::PathBuf>,
 }
 

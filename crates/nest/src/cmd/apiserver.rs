@@ -10,7 +10,7 @@ use nest_storage::Store;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Holds the PKI, admin.kubeconfig and, with embedded storage, the database.
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR")]
     data_dir: PathBuf,
     /// Address and port to serve HTTPS on (port 0 picks a free one).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6443")]
@@ -25,28 +25,28 @@ pub struct Args {
     #[arg(long, value_name = "CIDR", default_value = "10.96.0.0/12")]
     service_cidr: nest_registry::ipalloc::ServiceCidr,
     /// Static bearer tokens: lines of `token,user,uid,"group1,group2"`.
-    #[arg(long, value_name = "FILE")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
     token_auth_file: Option<PathBuf>,
     /// Another DNS name or IP address for the serving certificate (such as a Service's); repeatable.
     #[arg(long = "tls-san", value_name = "NAME")]
     tls_sans: Vec<String>,
     /// The cluster CA's certificate (PEM), instead of one made in DATA_DIR/pki; with --ca-key-file.
-    #[arg(long, value_name = "FILE", requires = "ca_key_file")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "ca_key_file")]
     ca_cert_file: Option<PathBuf>,
     /// The cluster CA's private key (PEM).
-    #[arg(long, value_name = "FILE", requires = "ca_cert_file")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "ca_cert_file")]
     ca_key_file: Option<PathBuf>,
     /// The Kubernetes version to report, a 1.33 patch version such as v1.33.2 (nest serves the 1.33 API).
     #[arg(long, value_name = "VERSION", value_parser = kubernetes_version)]
     kubernetes_version: Option<String>,
     /// The CA that signed etcd's serving certificate (for `--storage etcd=https://…`).
-    #[arg(long, value_name = "FILE", requires_all = ["etcd_certfile", "etcd_keyfile"])]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires_all = ["etcd_certfile", "etcd_keyfile"])]
     etcd_cafile: Option<PathBuf>,
     /// The client certificate presented to etcd.
-    #[arg(long, value_name = "FILE", requires = "etcd_cafile")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "etcd_cafile")]
     etcd_certfile: Option<PathBuf>,
     /// The client certificate's key.
-    #[arg(long, value_name = "FILE", requires = "etcd_cafile")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "etcd_cafile")]
     etcd_keyfile: Option<PathBuf>,
 }
 

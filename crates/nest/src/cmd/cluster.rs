@@ -16,7 +16,7 @@ use serde_json::Value;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The management cluster (default: $KUBECONFIG, then nest up's nest-data/admin.kubeconfig).
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", global = true)]
     kubeconfig: Option<PathBuf>,
     /// The namespace of the clusters.
     #[arg(long, short = 'n', default_value = "default", global = true)]

@@ -11,6 +11,7 @@ use serde_json::Value;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Where to write (created when missing).
+    #[arg(value_parser = crate::cmd::absolute)]
     dir: PathBuf,
 }
 

@@ -8,11 +8,11 @@ use anyhow::Context;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The management cluster; inside a pod, the pod's service account when unset.
-    #[arg(long, value_name = "FILE")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// A directory of component packages (channels and templated manifests, laid out like the built-in ones under
     /// crates/nest-capn/packages) looked at before the built-in packages.
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR")]
     packages: Option<PathBuf>,
     /// Which controllers run: `all`, or a comma-separated list of `control-plane`, `infrastructure` and `core` (the
     /// Cluster controller, which never runs where the Cluster API core owns the Cluster CRD).

@@ -7,7 +7,7 @@ use std::time::Duration;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The cluster to join.
-    #[arg(long, value_name = "FILE")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
     kubeconfig: PathBuf,
     /// The node's name; with `--count`, the prefix of `<name>-<i>`.
     #[arg(long, value_name = "NAME")]
@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long, value_name = "RUNTIME", default_value = "simulated")]
     runtime: nest_node::Mode,
     /// Where the process runtime keeps pod files and claims (`<DIR>/<node name>/`).
-    #[arg(long, value_name = "DIR", default_value = "nest-node-data")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR", default_value = "nest-node-data")]
     data_dir: PathBuf,
     /// Also run images matching PATTERN (`*` is a wildcard) as EXECUTABLE; repeatable. nest's own images and etcd's
     /// (when `etcd` is on PATH) are always allowed.
@@ -50,12 +50,12 @@ pub struct Args {
     /// The cluster CA's directory (`ca.crt` and `ca.key`, as `nest apiserver` keeps them in `<data-dir>/pki`): each
     /// node issues its kubelet serving certificate from it. Without it (or `--tls-cert-file`), nodes serve no kubelet
     /// API and `kubectl logs` cannot reach their pods.
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR")]
     ca_dir: Option<PathBuf>,
     /// The kubelet serving certificate and key (PEM), issued by the cluster CA, instead of `--ca-dir`.
-    #[arg(long, value_name = "FILE", requires = "tls_private_key_file", conflicts_with = "ca_dir")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "tls_private_key_file", conflicts_with = "ca_dir")]
     tls_cert_file: Option<PathBuf>,
-    #[arg(long, value_name = "FILE")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
     tls_private_key_file: Option<PathBuf>,
     /// The first back-off before restarting a container that keeps crashing, in seconds (it doubles up to 300).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]

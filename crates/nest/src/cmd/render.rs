@@ -12,7 +12,7 @@ use serde_json::Value;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// A directory of component packages looked at before the built-in ones (as `nest manager --packages`).
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR")]
     packages: Option<PathBuf>,
 }
 

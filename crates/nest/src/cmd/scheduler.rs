@@ -5,7 +5,7 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The cluster to schedule for.
-    #[arg(long, value_name = "FILE")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
     kubeconfig: PathBuf,
 }
 

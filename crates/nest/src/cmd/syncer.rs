@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The management ("super") cluster.
-    #[arg(long, value_name = "FILE")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
     kubeconfig: PathBuf,
     /// How often every object of every tenant is compared, both ways.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]

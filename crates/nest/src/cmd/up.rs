@@ -13,7 +13,7 @@ use tokio::sync::{oneshot, watch};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Holds the database, the PKI and admin.kubeconfig.
-    #[arg(long, value_name = "DIR", default_value = "nest-data")]
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR", default_value = "nest-data")]
     data_dir: PathBuf,
     /// Address and port of the API server (port 0 picks a free one).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6443")]
