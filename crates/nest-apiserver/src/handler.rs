@@ -434,7 +434,7 @@ async fn server_side_apply(
     }
     let warnings = query.field_validation(&resource, &applied)?;
     let dry_run = query.dry_run()?;
-    let now = nest_registry::meta::now_rfc3339();
+    let now = nest_core::clock::rfc3339_now();
     let resource = &resource;
     let result = registry
         .update_with(resource, ns, name, subresource, dry_run, |current| {
@@ -687,7 +687,7 @@ fn bind(info: &nest_registry::ResourceInfo, current: &Value, node: &str) -> Resu
     nest_registry::meta::metadata_mut(&mut obj).remove("resourceVersion");
     obj["spec"]["nodeName"] = json!(node);
     let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
-                           "lastTransitionTime": nest_registry::meta::now_rfc3339()});
+                           "lastTransitionTime": nest_core::clock::rfc3339_now()});
     let conditions = obj["status"]["conditions"].as_array().cloned().unwrap_or_default();
     let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
     conditions.push(condition);

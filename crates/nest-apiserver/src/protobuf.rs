@@ -306,7 +306,7 @@ fn convert(tree: &Tree, schema: &Value, kind: &KindSchema) -> Option<Value> {
         Tree::Num(n) => n.parse::<i64>().map(Value::from).ok().or_else(|| n.parse::<f64>().ok().map(Value::from)),
         Tree::List(items) => {
             if resolved.get("format").and_then(Value::as_str) == Some("byte") {
-                return bytes(tree).map(|b| json!(nest_registry::base64::encode(&b)));
+                return bytes(tree).map(|b| json!(nest_core::base64::encode(&b)));
             }
             let item_schema = resolved.get("items").unwrap_or(&Value::Null);
             let items: Vec<Value> = items.iter().filter_map(|i| convert(i, item_schema, kind)).collect();
@@ -329,7 +329,7 @@ fn convert(tree: &Tree, schema: &Value, kind: &KindSchema) -> Option<Value> {
                 if seconds == 0 && number(field(fields, "nanos")).unwrap_or(0) == 0 {
                     return None; // Go's zero time: unset.
                 }
-                let mut text = nest_registry::meta::rfc3339(seconds as u64);
+                let mut text = nest_core::clock::rfc3339(seconds.max(0) as u64);
                 if name.ends_with("MicroTime") {
                     let micros = number(field(fields, "nanos")).unwrap_or(0) / 1000;
                     text = format!("{}.{micros:06}Z", text.trim_end_matches('Z'));

@@ -225,7 +225,7 @@ fn apply_patch(objects: &mut [Value], patch: &ComponentPatch) -> Result<(), Stri
         }
         matched = true;
         match patch.type_ {
-            PatchType::Json => nest_registry::patch::json_patch(object, &patch.patch).map_err(|e| e.0)?,
+            PatchType::Json => nest_core::patch::json_patch(object, &patch.patch).map_err(|e| e.0)?,
             PatchType::Merge => merge_by_name(object, &patch.patch),
         }
     }
@@ -289,21 +289,7 @@ fn strip_directives(value: &Value) -> Value {
     }
 }
 
-/// Whether `live` has every field `wanted` sets, with the same value (lists item by item, of the same length): what
-/// the controllers call drift when it fails. Fields the API server or other controllers add are not drift.
-pub fn covers(live: &Value, wanted: &Value) -> bool {
-    match (live, wanted) {
-        (Value::Object(live), Value::Object(wanted)) => {
-            wanted.iter().all(|(key, value)| live.get(key).is_some_and(|l| covers(l, value)))
-        }
-        (Value::Array(live), Value::Array(wanted)) => {
-            live.len() == wanted.len() && live.iter().zip(wanted).all(|(l, w)| covers(l, w))
-        }
-        // Numbers compare by value (1 and 1.0), quantities as written.
-        (Value::Number(live), Value::Number(wanted)) => live.as_f64() == wanted.as_f64(),
-        _ => live == wanted,
-    }
-}
+pub use nest_core::json::covers;
 
 #[cfg(test)]
 mod tests {

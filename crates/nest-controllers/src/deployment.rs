@@ -257,7 +257,7 @@ async fn update_status(
         scaled(rolling.max_unavailable.as_ref(), wanted, false, "25%")
     };
     let complete = updated == wanted && replicas == wanted && available == wanted;
-    let now = crate::rfc3339_now();
+    let now = nest_core::clock::rfc3339_now();
     let condition = |kind: &str, status: bool, reason: &str, message: String| {
         json!({"type": kind, "status": if status { "True" } else { "False" }, "reason": reason, "message": message,
                "lastUpdateTime": now, "lastTransitionTime": now})

@@ -53,7 +53,7 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
     let completions = spec.completions.unwrap_or(1);
     let parallelism = spec.parallelism.unwrap_or(1);
     let backoff_limit = spec.backoff_limit.unwrap_or(6);
-    let now = crate::rfc3339_now();
+    let now = nest_core::clock::rfc3339_now();
 
     let mut conditions = Vec::new();
     let mut completion_time = None;

@@ -108,12 +108,6 @@ pub(crate) async fn drive<T, E: std::fmt::Display>(
         .await;
 }
 
-/// Now, as Kubernetes writes times (RFC 3339, seconds).
-pub(crate) fn rfc3339_now() -> String {
-    let now = jiff::Timestamp::try_from(std::time::SystemTime::now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 /// The Lease the controller-manager's instances compete for.
 pub const LEASE: (&str, &str) = ("kube-system", "nest-controller-manager");
 
@@ -134,10 +128,8 @@ pub async fn connect(kubeconfig: &Path) -> anyhow::Result<(Client, String)> {
 }
 
 fn decode_base64(text: &str) -> anyhow::Result<String> {
-    let value = serde_json::Value::String(text.trim().to_string());
-    let bytes: k8s_openapi::ByteString =
-        serde_json::from_value(value).context("the kubeconfig's certificate-authority-data is not base64")?;
-    String::from_utf8(bytes.0).context("the kubeconfig's certificate-authority-data is not PEM")
+    nest_core::base64::decode_text(text)
+        .context("the kubeconfig's certificate-authority-data is not base64 of a PEM certificate")
 }
 
 /// How one controller-manager instance runs.

@@ -59,7 +59,7 @@ async fn pass(client: &Client, grace: Duration) -> kube::Result<()> {
             node.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().any(|t| t.key == UNREACHABLE);
         if silent && ready == "True" {
             tracing::info!(node = %name, "node stopped renewing its lease: marking it NotReady");
-            let now = crate::rfc3339_now();
+            let now = nest_core::clock::rfc3339_now();
             let conditions: Vec<serde_json::Value> = node
                 .status
                 .as_ref()
@@ -102,7 +102,7 @@ async fn pass(client: &Client, grace: Duration) -> kube::Result<()> {
 async fn mark_pods_not_ready(client: &Client, node: &str) -> kube::Result<()> {
     let pods: Api<Pod> = Api::all(client.clone());
     let bound = pods.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))).await?;
-    let now = crate::rfc3339_now();
+    let now = nest_core::clock::rfc3339_now();
     for pod in bound.items {
         let conditions: Vec<serde_json::Value> = pod
             .status

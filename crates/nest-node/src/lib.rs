@@ -19,7 +19,7 @@ pub mod kubelet;
 pub mod probe;
 pub mod process;
 pub mod proxy;
-pub mod quantity;
+pub use nest_core::quantity;
 pub mod simulated;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -139,13 +139,7 @@ pub(crate) struct Context {
     runtime: Option<Arc<process::Runtime>>,
 }
 
-pub(crate) fn now() -> jiff::Timestamp {
-    jiff::Timestamp::try_from(SystemTime::now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
-}
-
-pub(crate) fn rfc3339_now() -> String {
-    now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
+pub(crate) use nest_core::clock::{now, rfc3339_now};
 
 /// How long pods get to stop when the node itself stops.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

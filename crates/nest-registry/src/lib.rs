@@ -9,14 +9,12 @@
 //! Start with [`store::Registry`].
 
 pub mod apply;
-pub mod base64;
 pub mod cache;
 pub mod catalog;
 pub mod convert;
 pub mod error;
 pub mod ipalloc;
 pub mod meta;
-pub mod patch;
 pub mod scale;
 pub mod schema;
 pub mod selector;
@@ -24,6 +22,11 @@ pub mod store;
 pub mod strategic;
 pub mod strategy;
 pub mod validation;
+
+/// Standard base64 (continue tokens, Secret data), from the leaf crate every part shares.
+pub use nest_core::base64;
+/// JSON Patch and JSON merge patch, from the leaf crate every part shares.
+pub use nest_core::patch;
 
 pub use catalog::{Catalog, PrinterColumn, ResourceInfo, ScalePaths, ScaleSelector};
 pub use error::{ApiError, Cause, Result};

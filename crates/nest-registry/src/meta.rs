@@ -2,7 +2,6 @@
 //! generated names.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
@@ -68,34 +67,6 @@ pub fn path_str(obj: &Value, path: &str) -> String {
     }
 }
 
-/// Now, as Kubernetes writes timestamps: RFC 3339 in UTC, whole seconds.
-pub fn now_rfc3339() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    rfc3339(secs)
-}
-
-/// `seconds` from now as RFC 3339 (a deletionTimestamp is when the grace period ends).
-pub fn rfc3339_in(seconds: i64) -> String {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    rfc3339(now.saturating_add_signed(seconds))
-}
-
-/// Seconds since the epoch as RFC 3339 (civil-from-days, after Howard Hinnant's algorithm).
-pub fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 /// A random version-4 UUID.
 pub fn new_uid() -> String {
     let mut b: [u8; 16] = fastrand::u128(..).to_le_bytes();
@@ -118,13 +89,6 @@ pub fn generate_name(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc_seconds() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_796_000_000), "2026-11-30T00:53:20Z");
-    }
 
     #[test]
     fn uids_and_generated_names_have_the_kubernetes_shape() {

@@ -639,7 +639,7 @@ impl Registry {
                 metadata.remove(cleared);
             }
             metadata.insert("uid".into(), json!(meta::new_uid()));
-            metadata.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+            metadata.insert("creationTimestamp".into(), json!(nest_core::clock::rfc3339_now()));
             metadata.insert("generation".into(), json!(1));
         }
         resource.strategy.prepare_for_create(&mut obj);
@@ -651,7 +651,14 @@ impl Registry {
         }
         self.check_namespace(resource, namespace, &check_name).await?;
         if let Some(manager) = &resource.manager {
-            crate::apply::track_update(resource, None, &mut obj, manager, Subresource::Main, &meta::now_rfc3339());
+            crate::apply::track_update(
+                resource,
+                None,
+                &mut obj,
+                manager,
+                Subresource::Main,
+                &nest_core::clock::rfc3339_now(),
+            );
         }
         let allocated = if dry_run { None } else { self.allocate_cluster_ip(info, &mut obj).await? };
         let created = self.create_named(resource, namespace, obj, &given, &generate, &check_name, dry_run).await;
@@ -773,7 +780,14 @@ impl Registry {
             return Err(ApiError::invalid(info, name, causes));
         }
         if let Some(manager) = &resource.manager {
-            crate::apply::track_update(resource, Some(old), &mut obj, manager, subresource, &meta::now_rfc3339());
+            crate::apply::track_update(
+                resource,
+                Some(old),
+                &mut obj,
+                manager,
+                subresource,
+                &nest_core::clock::rfc3339_now(),
+            );
         }
         if dry_run {
             meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(current.0.to_string()));
@@ -1038,7 +1052,7 @@ impl Registry {
                 let metadata = meta::metadata_mut(&mut obj);
                 metadata.insert("finalizers".into(), json!(finalizers));
                 if !metadata.contains_key("deletionTimestamp") || shorter {
-                    metadata.insert("deletionTimestamp".into(), json!(meta::rfc3339_in(grace)));
+                    metadata.insert("deletionTimestamp".into(), json!(nest_core::clock::rfc3339_in(grace)));
                     metadata.insert("deletionGracePeriodSeconds".into(), json!(grace));
                 }
             }

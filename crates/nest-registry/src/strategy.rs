@@ -474,7 +474,7 @@ pub struct CustomResourceDefinition;
 
 impl CustomResourceDefinition {
     fn status(obj: &Value) -> Value {
-        let now = meta::now_rfc3339();
+        let now = nest_core::clock::rfc3339_now();
         let mut accepted = obj["spec"]["names"].clone();
         if accepted.get("singular").is_none_or(|s| s.as_str().is_none_or(str::is_empty)) {
             accepted["singular"] = serde_json::json!(meta::path_str(obj, "spec.names.kind").to_lowercase());

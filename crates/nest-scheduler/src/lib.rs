@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Toleration};
@@ -165,10 +165,7 @@ async fn record_event(client: &Client, pod: &Pod, reason: &str, type_: &str, mes
     }
 }
 
-fn rfc3339_now() -> String {
-    let now = jiff::Timestamp::try_from(SystemTime::now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
+use nest_core::clock::rfc3339_now;
 
 /// Requests of a pod (CPU in millicores, memory in bytes), summed over its containers.
 fn requests(pod: &Pod) -> (f64, f64) {
@@ -185,7 +182,7 @@ fn requests(pod: &Pod) -> (f64, f64) {
     total
 }
 
-pub use nest_node::quantity::parse as quantity;
+pub use nest_core::quantity::parse as quantity;
 
 /// Why a node was passed over, as kube-scheduler words it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -343,7 +343,7 @@ async fn reconcile_object(
     for field in spec.content {
         let (want, have) = (&wanted[*field], &existing[*field]);
         // A spec is compared field by field (the server adds defaults); data must be exactly the tenant's.
-        let same = if *field == "spec" { nest_capn::render::covers(have, want) } else { want == have };
+        let same = if *field == "spec" { nest_core::json::covers(have, want) } else { want == have };
         if !same {
             patch.insert(field.to_string(), want.clone());
         }
@@ -491,7 +491,7 @@ async fn upward(
                 map.remove("nominatedNodeName");
             }
         }
-        if !status.is_null() && !nest_capn::render::covers(&tenant_value["status"], &status) {
+        if !status.is_null() && !nest_core::json::covers(&tenant_value["status"], &status) {
             let patch = json!({"status": status});
             api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             changes += 1;

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::components::ComponentObject;
 use super::{
@@ -394,7 +394,10 @@ async fn kubeconfig_secret(
         if let (Some(have_server), Some(cert), Some(key)) =
             (field("server:"), field("client-certificate-data:"), field("client-key-data:"))
         {
-            let (cert, key) = (base64_decode(&cert), base64_decode(&key));
+            let (cert, key) = (
+                nest_core::base64::decode_text(&cert).unwrap_or_default(),
+                nest_core::base64::decode_text(&key).unwrap_or_default(),
+            );
             let left =
                 nest_pki::not_after(&cert).ok().and_then(|end| end.duration_since(std::time::SystemTime::now()).ok());
             if have_server == server && left.is_some_and(|left| left > validity / 3) {
@@ -421,13 +424,6 @@ async fn kubeconfig_secret(
         }
     }
     Ok(pair)
-}
-
-fn base64_decode(text: &str) -> String {
-    let value = Value::String(text.trim().to_string());
-    serde_json::from_value::<k8s_openapi::ByteString>(value)
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default()
 }
 
 /// A Go duration of hours, minutes and seconds (`8760h`, `90m`, `1h30m`).

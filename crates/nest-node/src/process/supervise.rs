@@ -1,6 +1,7 @@
 //! One pod's processes: init containers one after the other, then every container at once, each restarted as the
 //! pod's `restartPolicy` says, and the pod's status reported after every change.
 
+use nest_core::clock::rfc3339_now;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -22,10 +23,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// The `PATH` of a container that does not set one (the usual image default).
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-fn rfc3339_now() -> String {
-    crate::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
 
 /// What is known of one container.
 #[derive(Clone, Debug)]

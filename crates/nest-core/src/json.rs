@@ -1,0 +1,33 @@
+//! Comparing JSON documents.
+
+use serde_json::Value;
+
+/// Whether `live` has every field `wanted` sets, with the same value (lists item by item, of the same length): what
+/// the controllers call drift when it fails. Fields the API server or other controllers add are not drift.
+pub fn covers(live: &Value, wanted: &Value) -> bool {
+    match (live, wanted) {
+        (Value::Object(live), Value::Object(wanted)) => {
+            wanted.iter().all(|(key, value)| live.get(key).is_some_and(|l| covers(l, value)))
+        }
+        (Value::Array(live), Value::Array(wanted)) => {
+            live.len() == wanted.len() && live.iter().zip(wanted).all(|(l, w)| covers(l, w))
+        }
+        // Numbers compare by value (1 and 1.0), quantities as written.
+        (Value::Number(live), Value::Number(wanted)) => live.as_f64() == wanted.as_f64(),
+        _ => live == wanted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn added_fields_are_not_drift_changed_ones_are() {
+        let live = json!({"spec": {"replicas": 1.0, "ports": [{"port": 80, "protocol": "TCP"}]}, "status": {}});
+        assert!(super::covers(&live, &json!({"spec": {"replicas": 1, "ports": [{"port": 80}]}})));
+        assert!(!super::covers(&live, &json!({"spec": {"replicas": 2}})));
+        assert!(!super::covers(&live, &json!({"spec": {"ports": []}})), "a list of another length");
+        assert!(!super::covers(&live, &json!({"metadata": {}})), "a missing field");
+    }
+}

@@ -1,0 +1,17 @@
+//! The small vocabulary the server, the controllers, the node, the syncer and the provider all speak, with no I/O
+//! and no Kubernetes client: so that a component needing one of these does not link another component for it.
+//!
+//! - [`base64`]: standard base64, as Kubernetes encodes Secret data and kubeconfigs carry certificates;
+//! - [`clock`]: now, as Kubernetes writes timestamps (RFC 3339, whole seconds, UTC);
+//! - [`quantity`]: resource quantities (`100m`, `1Gi`) as numbers;
+//! - [`patch`]: JSON Patch (RFC 6902) and JSON merge patch (RFC 7386), as kube-apiserver applies them;
+//! - [`json::covers`]: whether one JSON document sets every field of another (what drift means to a controller).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod base64;
+pub mod clock;
+pub mod json;
+pub mod patch;
+pub mod quantity;
