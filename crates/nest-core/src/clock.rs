@@ -25,7 +25,8 @@ pub fn rfc3339(seconds: u64) -> String {
 }
 
 fn from_seconds(seconds: i64) -> jiff::Timestamp {
-    let (min, max) = (jiff::Timestamp::MIN.as_second(), jiff::Timestamp::MAX.as_second());
+    // 0001-01-01T00:00:00Z, the first second RFC 3339 can write, and the last one jiff holds (late on 9999-12-30).
+    let (min, max) = (-62_135_596_800, jiff::Timestamp::MAX.as_second());
     jiff::Timestamp::from_second(seconds.clamp(min, max)).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
 }
 
@@ -41,11 +42,12 @@ mod tests {
     fn timestamps_read_as_kubernetes_writes_them() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_795_000_000), "2026-11-18T07:06:40Z");
+        assert_eq!(rfc3339(1_796_000_000), "2026-11-30T00:53:20Z");
         let now = rfc3339_now();
         assert_eq!(now.len(), 20, "{now}");
         assert!(rfc3339_in(3600) > now);
-        assert!(rfc3339_in(i64::MAX).starts_with("9999-12-31T"), "far futures are clamped");
-        assert!(rfc3339(u64::MAX).starts_with("9999-12-31T"));
+        assert!(rfc3339_in(i64::MAX).starts_with("9999-12-"), "far futures are clamped");
+        assert!(rfc3339(u64::MAX).starts_with("9999-12-"));
+        assert_eq!(rfc3339_in(i64::MIN), "0001-01-01T00:00:00Z", "and far pasts");
     }
 }
