@@ -115,6 +115,30 @@ enum Updated {
     DryRun(Value),
     /// The object to store.
     Store(Value),
+    /// Nothing but the resourceVersion would change: the stored object, which is not written again.
+    Unchanged(Value),
+}
+
+/// Whether `new` is `old` with nothing changed but (at most) its resourceVersion. kube-apiserver then writes nothing
+/// (no new revision, no watch event) and answers with the stored object (`GuaranteedUpdate` in
+/// `k8s.io/apiserver/pkg/storage/etcd3/store.go`, 1.33): without that, every controller that writes an unchanged
+/// status on each resync would wake every watcher of the kind.
+fn unchanged(new: &Value, old: &Value) -> bool {
+    let (Value::Object(new), Value::Object(old)) = (new, old) else { return new == old };
+    let same_metadata = |new: &Value, old: &Value| match (new, old) {
+        (Value::Object(new), Value::Object(old)) => {
+            let keys = |m: &'_ serde_json::Map<String, Value>| m.keys().filter(|k| *k != "resourceVersion").count();
+            keys(new) == keys(old)
+                && new.iter().filter(|(k, _)| *k != "resourceVersion").all(|(k, v)| old.get(k) == Some(v))
+        }
+        _ => new == old,
+    };
+    new.len() == old.len()
+        && new.iter().all(|(key, value)| match old.get(key) {
+            Some(before) if key == "metadata" => same_metadata(value, before),
+            Some(before) => value == before,
+            None => false,
+        })
 }
 
 /// One event of a watch, ready to serialise as `{"type": …, "object": …}`.
@@ -749,7 +773,7 @@ impl Registry {
             ));
         }
         match self.next_version(resource, name, current.mod_revision, &old, body, subresource, dry_run)? {
-            Updated::DryRun(obj) => Ok(obj),
+            Updated::DryRun(obj) | Updated::Unchanged(obj) => Ok(obj),
             Updated::Store(obj) => self.write_back(resource, &key, name, obj, current.mod_revision).await,
         }
     }
@@ -792,6 +816,9 @@ impl Registry {
         if dry_run {
             meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(current.0.to_string()));
             return Ok(Updated::DryRun(obj));
+        }
+        if unchanged(&obj, old) {
+            return Ok(Updated::Unchanged(old.clone()));
         }
         Ok(Updated::Store(obj))
     }
@@ -953,7 +980,7 @@ impl Registry {
             let wanted_rv = meta::meta_str(&body, "resourceVersion");
             let conditional = !wanted_rv.is_empty() && wanted_rv != meta::meta_str(&old, "resourceVersion");
             let obj = match self.next_version(resource, name, current.mod_revision, &old, body, subresource, dry_run)? {
-                Updated::DryRun(obj) => return Ok(obj),
+                Updated::DryRun(obj) | Updated::Unchanged(obj) => return Ok(obj),
                 Updated::Store(obj) => obj,
             };
             match self.write_back(resource, &key, name, obj, current.mod_revision).await {

@@ -105,6 +105,33 @@ async fn stale_updates_conflict_and_dry_run_persists_nothing() {
     assert!(f.registry.get(&cms, "ns", "a").await.is_ok());
 }
 
+/// kube-apiserver writes nothing for an update that changes nothing (its storage's GuaranteedUpdate): no new
+/// resourceVersion, no watch event. Controllers that write an unchanged status on every resync rely on it to leave
+/// the cluster at rest.
+#[tokio::test]
+async fn an_update_that_changes_nothing_writes_nothing() {
+    let f = Fixture::new().await;
+    let cms = f.r("", "configmaps");
+    let first = f.cm("a", json!({"k": "1"})).await;
+    let options = ListOptions { resource_version: Some(rv(&first).to_string()), ..Default::default() };
+    let mut events = f.registry.watch(&cms, Some("ns"), &options, None).await.unwrap();
+    let before = f.store.current_revision().await.unwrap();
+    let same = f.registry.update(&cms, "ns", "a", first.clone(), Subresource::Main, false).await.unwrap();
+    assert_eq!(same, first, "the stored object comes back");
+    let mut unversioned = first.clone();
+    unversioned["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    f.registry.update(&cms, "ns", "a", unversioned, Subresource::Main, false).await.unwrap();
+    let patched = f.registry.update_with(&cms, "ns", "a", Subresource::Main, false, |old| Ok(old.clone())).await;
+    assert_eq!(rv(&patched.unwrap()), rv(&first));
+    assert_eq!(f.store.current_revision().await.unwrap(), before, "nothing was written");
+    // The first change after them is the first event the watch sees.
+    let mut change = first.clone();
+    change["data"]["k"] = json!("2");
+    let second = f.registry.update(&cms, "ns", "a", change, Subresource::Main, false).await.unwrap();
+    let event = next(&mut events).await;
+    assert_eq!((event["type"].as_str(), rv(&event["object"])), (Some("MODIFIED"), rv(&second)));
+}
+
 #[tokio::test]
 async fn status_subresource_rules() {
     let f = Fixture::new().await;
