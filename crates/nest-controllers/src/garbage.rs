@@ -8,92 +8,176 @@
 //!   too), and keeps existing until no dependent with `blockOwnerDeletion` is left;
 //! - an owner being deleted with the `orphan` finalizer has its reference removed from every dependent, which stay.
 //!
-//! Where kube-controller-manager keeps a dependency graph fed by informers on every resource, this collector sweeps:
-//! every [`SWEEP`] it lists each resource (from the API server's watch cache) and acts on what it finds.
+//! Like kube-controller-manager, which keeps a dependency graph fed by informers on every resource, the collector
+//! keeps the metadata of every object in a reflector per resource, fed by a metadata-only watch
+//! ([`kube::runtime::metadata_watcher`]). It sweeps that graph in memory whenever a watch reports a change (changes
+//! arriving together are swept once), and asks the API server nothing while nothing changes. The served resources are
+//! discovered again when a CustomResourceDefinition changes (a watch on them too), and every [`REDISCOVER`] besides.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use futures_util::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::core::{GroupVersionKind, PartialObjectMeta};
 use kube::discovery::{ApiResource, Discovery, Scope, verbs};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use tokio::sync::Notify;
 
-/// How often the collector looks.
-pub const SWEEP: Duration = Duration::from_secs(1);
-/// How often the served resources are discovered again.
-const REDISCOVER: Duration = Duration::from_secs(30);
+/// How long the collector lets changes gather before it sweeps, so that a burst of them is swept once.
+pub const SETTLE: Duration = Duration::from_millis(100);
+/// How often the served resources are discovered again even when no CustomResourceDefinition changed.
+const REDISCOVER: Duration = Duration::from_secs(300);
 
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
+
+/// One object's metadata, as the graph holds it.
+type Meta = PartialObjectMeta<DynamicObject>;
 
 /// One object seen in a sweep.
 struct Seen {
     resource: ApiResource,
     namespaced: bool,
-    object: DynamicObject,
+    object: Arc<Meta>,
 }
 
-/// The CustomResourceDefinitions as last seen (name and resourceVersion, which also moves when one becomes
-/// Established), so that a new or changed one is discovered at
-/// once rather than at the next [`REDISCOVER`]: a custom resource created with foreground deletion right after its
-/// CRD must not wait half a minute.
-async fn crd_versions(client: &Client) -> Option<Vec<(String, String)>> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone()).list_metadata(&ListParams::default()).await.ok()?;
-    let mut versions: Vec<(String, String)> =
-        crds.items.iter().map(|c| (c.name_any(), c.resource_version().unwrap_or_default())).collect();
-    versions.sort();
-    Some(versions)
+/// A resource the collector watches: the metadata of all its objects, kept by a task of its own.
+struct Watched {
+    resource: ApiResource,
+    namespaced: bool,
+    store: Store<Meta>,
+    /// Whether the first list has been read (a sweep over a half-filled graph could take present owners for gone).
+    ready: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts watching the metadata of `resource`'s objects (a metadata-only watch) into a store, calling `changed` on
+/// every event.
+fn watch_metadata(client: &Client, resource: ApiResource, namespaced: bool, changed: Arc<Notify>) -> Watched {
+    let writer = reflector::store::Writer::<Meta>::new(resource.clone());
+    let store = writer.as_reader();
+    let ready = Arc::new(AtomicBool::new(false));
+    let ready_flag = ready.clone();
+    let api = Api::<Meta>::all_with(client.clone(), &resource);
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    ready_flag.store(true, Ordering::Release);
+                    changed.notify_one();
+                }
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => changed.notify_one(),
+                Ok(_) => {}
+                Err(error) => tracing::debug!(%error, "garbage collector: watching"),
+            }
+        }
+    });
+    Watched { resource, namespaced, store, ready, task }
+}
+
+/// The resources to collect in: every one that can be listed, watched and deleted (the Events `events.k8s.io`
+/// serves again are left to `v1`).
+fn collectable(discovery: &Discovery) -> Vec<(ApiResource, bool)> {
+    let mut found = Vec::new();
+    for group in discovery.groups() {
+        for (resource, capabilities) in group.recommended_resources() {
+            let can = |verb| capabilities.supports_operation(verb);
+            if !can(verbs::LIST) || !can(verbs::WATCH) || !can(verbs::DELETE) || resource.group == "events.k8s.io" {
+                continue;
+            }
+            found.push((resource, capabilities.scope == Scope::Namespaced));
+        }
+    }
+    found
 }
 
 /// Runs the collector until the task is dropped.
 pub async fn run(client: Client) {
-    let mut discovery: Option<(Discovery, Instant)> = None;
-    let mut known_crds: Option<Vec<(String, String)>> = None;
+    let changed = Arc::new(Notify::new());
+    let crds_changed = Arc::new(Notify::new());
+    // CustomResourceDefinitions come and go: each change means the served resources may have changed.
+    let crd_resource = ApiResource::erase::<CustomResourceDefinition>(&());
+    let _crds = watch_metadata(&client, crd_resource, false, crds_changed.clone());
+    let mut watched: HashMap<(String, String, String), Watched> = HashMap::new();
+    let mut discovery: Option<Discovery> = None;
+    let mut rediscover = true;
+    // After a failed discovery or sweep, the next try comes after this long, changes or not (doubling to a minute).
+    let mut retry: Option<Duration> = None;
     loop {
-        let crds = crd_versions(&client).await;
-        let crds_changed = crds.is_some() && crds != known_crds;
-        if crds_changed || discovery.as_ref().is_none_or(|(_, at)| at.elapsed() > REDISCOVER) {
+        if rediscover {
             match Discovery::new(client.clone()).run().await {
                 Ok(found) => {
-                    discovery = Some((found, Instant::now()));
-                    known_crds = crds;
+                    let wanted = collectable(&found);
+                    let keys: HashSet<_> = wanted.iter().map(|(r, _)| key(r)).collect();
+                    watched.retain(|k, _| keys.contains(k));
+                    for (resource, namespaced) in wanted {
+                        let changed = changed.clone();
+                        watched
+                            .entry(key(&resource))
+                            .or_insert_with(|| watch_metadata(&client, resource, namespaced, changed));
+                    }
+                    discovery = Some(found);
+                    rediscover = false;
                 }
                 Err(error) => tracing::debug!(%error, "garbage collector: discovery"),
             }
         }
-        if let Some((found, _)) = &discovery
-            && let Err(error) = sweep(&client, found).await
+        let mut failed = rediscover;
+        if let Some(found) = &discovery
+            && watched.values().all(|w| w.ready.load(Ordering::Acquire))
+            && let Err(error) = sweep(&client, found, &watched).await
         {
             tracing::debug!(%error, "garbage collector");
+            failed = true;
         }
-        tokio::time::sleep(SWEEP).await;
+        retry = failed.then(|| retry.map_or(Duration::from_secs(1), |r| (r * 2).min(Duration::from_secs(60))));
+        tokio::select! {
+            () = changed.notified() => {}
+            () = tokio::time::sleep(retry.unwrap_or(REDISCOVER)), if retry.is_some() => {}
+            () = crds_changed.notified() => rediscover = true,
+            () = tokio::time::sleep(REDISCOVER) => rediscover = true,
+        }
+        // Let the rest of a burst arrive; its notifications leave one permit, swept next.
+        tokio::time::sleep(SETTLE).await;
+        if rediscover {
+            // A CRD that just became Established is served a moment later.
+            tokio::time::sleep(SETTLE).await;
+        }
     }
 }
 
-async fn sweep(client: &Client, discovery: &Discovery) -> kube::Result<()> {
+fn key(resource: &ApiResource) -> (String, String, String) {
+    (resource.group.clone(), resource.version.clone(), resource.plural.clone())
+}
+
+async fn sweep(
+    client: &Client,
+    discovery: &Discovery,
+    watched: &HashMap<(String, String, String), Watched>,
+) -> kube::Result<()> {
     let mut objects = Vec::new();
-    for group in discovery.groups() {
-        for (resource, capabilities) in group.recommended_resources() {
-            if !capabilities.supports_operation(verbs::LIST) || !capabilities.supports_operation(verbs::DELETE) {
-                continue;
-            }
-            // events.k8s.io serves the core Events again.
-            if resource.group == "events.k8s.io" {
-                continue;
-            }
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let Ok(list) = api.list(&ListParams::default()).await else { continue };
-            let namespaced = capabilities.scope == Scope::Namespaced;
-            objects.extend(list.items.into_iter().map(|object| Seen {
-                resource: resource.clone(),
-                namespaced,
-                object,
-            }));
-        }
+    for w in watched.values() {
+        objects.extend(w.store.state().into_iter().map(|object| Seen {
+            resource: w.resource.clone(),
+            namespaced: w.namespaced,
+            object,
+        }));
     }
     let uids: HashSet<String> = objects.iter().filter_map(|s| s.object.uid()).collect();
     let mut dependents: HashMap<String, Vec<&Seen>> = HashMap::new();
