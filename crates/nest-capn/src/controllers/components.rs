@@ -14,8 +14,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::{
-    Context, LOOK_AGAIN, Result, answers, apply_rendered, cluster_ips, cluster_paused, condition, ensure_leaf,
-    keep_transitions, names_of, owner, paused, report_paused, secret_data, tenant_client,
+    Context, LOOK_AGAIN, Result, TenantClients, answers, apply_rendered, cluster_ips, cluster_paused, condition,
+    ensure_leaf, keep_transitions, names_of, owner, paused, report_paused, secret_data,
 };
 use crate::api::{
     CLUSTER_NAME_LABEL, Cluster, Flavor, NestedAPIServer, NestedAPIServerSpec, NestedComponentSpec,
@@ -185,7 +185,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
             let ca = secrets.get_opt(&names.ca_secret()).await?.and_then(|s| secret_data(&s, "tls.crt"));
             let server = format!("https://{ip}:{API_SERVER_PORT}");
             let healthy = match &ca {
-                Some(ca) => answers(&server, ca).await,
+                Some(ca) => answers(&context.tenants, &server, ca).await,
                 None => false,
             };
             (healthy, vec![format!("{ip}:{API_SERVER_PORT}")], Some(names.api_server()))
@@ -193,7 +193,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
         Component::Etcd => {
             let ip = ips.get(&names.etcd()).cloned().unwrap_or_default();
             let url = format!("https://{ip}:{ETCD_CLIENT_PORT}");
-            let healthy = etcd_healthy(&secrets, &names, &url).await?;
+            let healthy = etcd_healthy(&context.tenants, &secrets, &names, &url).await?;
             let members = (0..render::replicas(K::COMPONENT, &inputs))
                 .filter_map(|i| ips.get(&names.etcd_member(i)).map(|ip| format!("https://{ip}:{ETCD_CLIENT_PORT}")));
             let addresses = if plan.flavor == Flavor::Nest { members.collect() } else { vec![url] };
@@ -293,7 +293,7 @@ async fn serving_certificate<K: Resource<DynamicType = ()>>(
 }
 
 /// Whether etcd at `url` says it is healthy, asked as the API server's etcd client.
-async fn etcd_healthy(secrets: &Api<Secret>, names: &Names, url: &str) -> Result<bool> {
+async fn etcd_healthy(tenants: &TenantClients, secrets: &Api<Secret>, names: &Names, url: &str) -> Result<bool> {
     let Some(client_secret) = secrets.get_opt(&names.apiserver_etcd_client_secret()).await? else {
         return Ok(false);
     };
@@ -302,7 +302,7 @@ async fn etcd_healthy(secrets: &Api<Secret>, names: &Names, url: &str) -> Result
         key: secret_data(&client_secret, "tls.key").unwrap_or_default(),
     };
     let ca = secret_data(&client_secret, "ca.crt").unwrap_or_default();
-    let Some(client) = tenant_client(url, &ca, Some(&pair)).await else { return Ok(false) };
+    let Some(client) = tenants.get(url, &ca, Some(&pair)).await else { return Ok(false) };
     let request = http::Request::get("/health").body(Vec::new()).expect("a request");
     let answer = client.request_text(request).await.unwrap_or_default();
     Ok(serde_json::from_str::<Value>(&answer).is_ok_and(|v| v["health"] == "true"))

@@ -66,6 +66,37 @@ const SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
 struct Context {
     client: Client,
     packages: Packages,
+    tenants: TenantClients,
+}
+
+/// Clients for tenant API servers and etcds, made once per address and credential and then reused: the health
+/// checks run every [`LOOK_AGAIN`] for every component, and a new client each time is a new connection and a new
+/// TLS handshake each time.
+#[derive(Default)]
+struct TenantClients(std::sync::Mutex<std::collections::HashMap<String, Client>>);
+
+impl TenantClients {
+    /// Certificates are issued again over time; past this many clients the old ones are dropped.
+    const MOST: usize = 256;
+
+    /// A client for the server at `server` trusting `ca`, as `user` or anonymous; the same one as last time.
+    async fn get(&self, server: &str, ca: &str, user: Option<&nest_pki::Pair>) -> Option<Client> {
+        let key = format!("{server}\n{ca}\n{}", user.map_or("", |u| u.cert.as_str()));
+        if let Some(client) = self.lock().get(&key) {
+            return Some(client.clone());
+        }
+        let client = tenant_client(server, ca, user).await?;
+        let mut clients = self.lock();
+        if clients.len() >= Self::MOST {
+            clients.clear();
+        }
+        clients.insert(key, client.clone());
+        Some(client)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Client>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// Which controllers run.
@@ -85,7 +116,7 @@ impl Set {
 
 /// Runs the controllers of `set` until the watches end, rendering components from `packages`.
 pub async fn run(client: Client, packages: Packages, set: Set) {
-    let context = Arc::new(Context { client: client.clone(), packages });
+    let context = Arc::new(Context { client: client.clone(), packages, tenants: TenantClients::default() });
     let all = watcher::Config::default();
     let mut running: Vec<futures_util::future::BoxFuture<'static, ()>> = Vec::new();
     if set.control_plane {
@@ -380,8 +411,8 @@ async fn tenant_client(server: &str, ca: &str, user: Option<&nest_pki::Pair>) ->
 }
 
 /// Whether the API server at `server` answers `/readyz`.
-async fn answers(server: &str, ca: &str) -> bool {
-    let Some(client) = tenant_client(server, ca, None).await else { return false };
+async fn answers(tenants: &TenantClients, server: &str, ca: &str) -> bool {
+    let Some(client) = tenants.get(server, ca, None).await else { return false };
     let request = http::Request::get("/readyz").body(Vec::new()).expect("a request");
     client.request_text(request).await.is_ok_and(|body| body.trim() == "ok")
 }
