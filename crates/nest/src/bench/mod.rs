@@ -4,6 +4,7 @@
 
 mod api;
 mod cluster;
+mod idle;
 mod stats;
 mod store;
 mod sync;
@@ -21,6 +22,8 @@ pub enum Bench {
     Api(api::Args),
     /// A Deployment of 1,000 replicas on 10 simulated nodes: the time until every pod is Running.
     Cluster(cluster::Args),
+    /// An idle `nest up`, then with more idle tenants: the CPU of all its processes and the rate of new connections.
+    Idle(idle::Args),
     /// Tenant clusters (Cluster + NestedCluster + NestedControlPlane) run as processes: time to ready, memory.
     Tenants(tenants::Args),
     /// The syncer: pods created in many tenants at once, to the super cluster and Running; memory; resync.
@@ -32,6 +35,7 @@ pub async fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Store(args) => store::run(args).await,
         Bench::Api(args) => api::run(args).await,
         Bench::Cluster(args) => cluster::run(args).await,
+        Bench::Idle(args) => idle::run(args).await,
         Bench::Tenants(args) => tenants::run(args).await,
         Bench::Sync(args) => sync::run(args).await,
     }

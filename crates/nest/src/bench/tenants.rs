@@ -60,6 +60,41 @@ fn memory_of(needle: &str) -> Memory {
     total
 }
 
+/// Waits until every Cluster of `names` is `Provisioned` with its control plane available; returns how long after
+/// `began` each one was.
+pub(super) async fn wait_provisioned(
+    clusters: &Api<nest_capn::api::Cluster>,
+    names: &[String],
+    began: Instant,
+    timeout: Duration,
+) -> anyhow::Result<BTreeMap<String, Duration>> {
+    let mut ready_after: BTreeMap<String, Duration> = BTreeMap::new();
+    while ready_after.len() < names.len() {
+        anyhow::ensure!(
+            began.elapsed() < timeout,
+            "only {} of {} tenants ready after {timeout:?}",
+            ready_after.len(),
+            names.len()
+        );
+        for cluster in clusters.list(&ListParams::default()).await?.items {
+            let name = cluster.metadata.name.clone().unwrap_or_default();
+            let provisioned = cluster.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Provisioned");
+            let available = cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "ControlPlaneAvailable" && c.status == "True");
+            if names.contains(&name) && provisioned && available && !ready_after.contains_key(&name) {
+                ready_after.insert(name, began.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(ready_after)
+}
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let server = ApiServer::start_with(None, &["--service-cidr", "127.97.0.0/16"]).await?;
     let kubeconfig = server.data.path().join("admin.kubeconfig");
@@ -126,30 +161,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         for created in futures_util::future::join_all(creations).await {
             created?;
         }
-        let mut ready_after: BTreeMap<String, Duration> = BTreeMap::new();
-        while ready_after.len() < count {
-            anyhow::ensure!(
-                began.elapsed() < args.timeout,
-                "only {} of {count} tenants ready after {:?}",
-                ready_after.len(),
-                args.timeout
-            );
-            for cluster in clusters.list(&ListParams::default()).await?.items {
-                let name = cluster.metadata.name.clone().unwrap_or_default();
-                let provisioned = cluster.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Provisioned");
-                let available = cluster
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c.type_ == "ControlPlaneAvailable" && c.status == "True");
-                if names.contains(&name) && provisioned && available && !ready_after.contains_key(&name) {
-                    ready_after.insert(name, began.elapsed());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let ready_after = wait_provisioned(&clusters, &names, began, args.timeout).await?;
         let all = began.elapsed();
         existing += count;
         // Idle: a few seconds after the last one came up.
