@@ -34,7 +34,7 @@ use tokio::sync::Notify;
 /// How long the collector lets changes gather before it sweeps, so that a burst of them is swept once.
 pub const SETTLE: Duration = Duration::from_millis(100);
 /// How often the served resources are discovered again even when no CustomResourceDefinition changed.
-const REDISCOVER: Duration = Duration::from_secs(300);
+pub const REDISCOVER: Duration = Duration::from_secs(300);
 
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
