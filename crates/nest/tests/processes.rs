@@ -519,3 +519,81 @@ fn a_node_that_stops_and_starts_again_neither_orphans_nor_duplicates_processes()
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(processes_with("--listen 127.14.").len(), 2, "duplicates after the restart");
 }
+
+/// Issue 17's escapes through a pod spec, tried as a tenant admin would write them: keys and `items[].path` that are
+/// absolute or climb out with `..`, a `subPath` that climbs out, a claim named into another namespace's directory,
+/// and a `hostPath` volume. The API server lets them through today; the node refuses each pod with
+/// `CreateContainerConfigError` naming the field, and writes nothing outside the pod's directories.
+#[test]
+fn names_and_paths_in_a_pod_spec_never_lead_outside_the_pods_directories() {
+    let cluster = Cluster::start("127.15.0.0/16", "127.115.0.0/16", &[]);
+    let server = &cluster.server;
+    let marker = format!("nest-escape-{}", std::process::id());
+    let outside = tempfile::tempdir().unwrap();
+    let absolute = outside.path().join(format!("{marker}-absolute"));
+    server.apply_manifest(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bait, namespace: default}\ndata: {k: planted}\n",
+    );
+    // One pod per escape: (name, its volume, the container's mount, what the refusal names).
+    let escapes = [
+        (
+            "climbing-items",
+            format!("configMap: {{name: bait, items: [{{key: k, path: ../../../../../{marker}}}]}}"),
+            "",
+            "items[0].path",
+        ),
+        (
+            "absolute-items",
+            format!("configMap: {{name: bait, items: [{{key: k, path: {}}}]}}", absolute.display()),
+            "",
+            "must be a relative path",
+        ),
+        (
+            "climbing-downward",
+            format!("downwardAPI: {{items: [{{path: ../../../{marker}, fieldRef: {{fieldPath: metadata.name}}}}]}}"),
+            "",
+            "downwardAPI items[0].path",
+        ),
+        ("climbing-subpath", "emptyDir: {}".to_string(), ", subPath: ../../../..", "subPath"),
+        (
+            "other-namespace-claim",
+            "persistentVolumeClaim: {claimName: ../kube-system/data}".to_string(),
+            "",
+            "claimName",
+        ),
+        ("host-files", "hostPath: {path: /}".to_string(), "", "hostPath"),
+    ];
+    for (name, volume, mount, _) in &escapes {
+        server.apply_manifest(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  containers:\n  \
+             - name: main\n    image: nest\n    args: [debug, cat, /v/k]\n    volumeMounts: [{{name: v, mountPath: /v{mount}}}]\n  \
+             volumes:\n  - name: v\n    {volume}\n"
+        ));
+    }
+    for (name, _, _, names) in &escapes {
+        eventually(30, &format!("{name} refused by the node"), || {
+            let waiting = &pod(server, name)["status"]["containerStatuses"][0]["state"]["waiting"];
+            waiting["reason"] == "CreateContainerConfigError"
+                && waiting["message"].as_str().is_some_and(|m| m.contains(names))
+        });
+        assert_ne!(pod(server, name)["status"]["phase"], "Running", "{name}");
+    }
+    assert!(processes_with("/v/k").is_empty(), "a refused pod started a process");
+    // Nothing was written outside: not beside the node's directory, not at the absolute path, nowhere under /tmp.
+    assert!(!absolute.exists());
+    let mut found = Vec::new();
+    let mut dirs = vec![std::env::temp_dir(), cluster.node_dir.path().to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_name().to_string_lossy().contains(&marker) {
+                found.push(path.clone());
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && path.starts_with(cluster.node_dir.path()) {
+                dirs.push(path);
+            }
+        }
+    }
+    assert!(found.is_empty(), "files escaped their volumes: {found:?}");
+    assert!(!cluster.node_dir.path().join("proc/claims/kube-system").exists(), "a claim reached another namespace");
+}

@@ -12,6 +12,7 @@
 //! - **Status.** Every change of a container is reported at once as the pod's status (phase, conditions, container
 //!   states, restart counts, last termination state).
 
+pub mod paths;
 pub mod prepare;
 mod supervise;
 

@@ -3,6 +3,7 @@
 //! argument or environment value that names a path under a `volumeMounts` entry rewritten to the directory that stands
 //! in for the mount, since a process has no container filesystem. Paths inside files are not rewritten.
 
+use super::paths;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -293,13 +294,18 @@ fn write_keys(
     what: &str,
     optional: bool,
 ) -> Result<(), PrepareError> {
-    let chosen: Vec<(String, String)> = match items {
-        Some(items) => items.iter().map(|i| (i.key.clone(), i.path.clone())).collect(),
-        None => values.keys().map(|k| (k.clone(), k.clone())).collect(),
+    let chosen: Vec<(String, String, String)> = match items {
+        Some(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (item.key.clone(), item.path.clone(), format!("items[{i}].path")))
+            .collect(),
+        None => values.keys().map(|k| (k.clone(), k.clone(), format!("the key of {what}"))).collect(),
     };
-    for (key, path) in chosen {
+    for (key, path, field) in chosen {
+        let path = paths::relative(&path, &field)?;
         match values.get(&key) {
-            Some(value) => write_file(&dir.join(&path), value)?,
+            Some(value) => paths::write_beneath(dir, path, value)?,
             None if optional => {}
             None => return Err(PrepareError::Config(format!("couldn't find key {key} in {what}"))),
         }
@@ -322,20 +328,14 @@ fn write_source(
     }
 }
 
-fn write_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(path, contents)
-}
-
 fn downward_items(
     dir: &Path,
     facts: &PodFacts,
     items: &[DownwardAPIVolumeFile],
     containers: &[Container],
 ) -> Result<(), PrepareError> {
-    for item in items {
+    for (i, item) in items.iter().enumerate() {
+        let path = paths::relative(&item.path, &format!("downwardAPI items[{i}].path"))?;
         let value = if let Some(selector) = &item.field_ref {
             field(facts, selector)?
         } else if let Some(selector) = &item.resource_field_ref {
@@ -345,22 +345,37 @@ fn downward_items(
         } else {
             continue;
         };
-        write_file(&dir.join(&item.path), value.as_bytes())?;
+        paths::write_beneath(dir, path, value.as_bytes())?;
     }
     Ok(())
 }
 
 /// Where each volume of the pod lives on this machine: under `pod_dir/volumes/<name>`, except claims, which live in
-/// `claims_dir/<namespace>/<claim>` so that they outlive the pod.
-pub fn volume_dir(pod: &Pod, volume: &Volume, pod_dir: &Path, claims_dir: &Path) -> PathBuf {
-    match &volume.persistent_volume_claim {
-        Some(claim) => claims_dir.join(pod.namespace().unwrap_or_default()).join(&claim.claim_name),
-        None => pod_dir.join("volumes").join(&volume.name),
+/// `claims_dir/<namespace>/<claim>` so that they outlive the pod. Names that are not one directory each are refused
+/// (a claim named `../other-namespace/data` must not reach another namespace's data), and so is `hostPath`: this
+/// node runs no pod with the host's files.
+pub fn volume_dir(pod: &Pod, volume: &Volume, pod_dir: &Path, claims_dir: &Path) -> Result<PathBuf, PrepareError> {
+    if volume.host_path.is_some() {
+        return Err(PrepareError::Config(format!(
+            "volume {:?}: hostPath volumes are not run on this node",
+            volume.name
+        )));
     }
+    let name = paths::name(&volume.name, "volume name")?;
+    Ok(match &volume.persistent_volume_claim {
+        Some(claim) => {
+            let namespace = pod.namespace().unwrap_or_default();
+            claims_dir
+                .join(paths::name(&namespace, "namespace")?)
+                .join(paths::name(&claim.claim_name, &format!("volume {name:?}: claimName"))?)
+        }
+        None => pod_dir.join("volumes").join(name),
+    })
 }
 
 /// Writes every volume of the pod (ConfigMap, Secret, projected, downward API) and creates the directories of the
-/// others (emptyDir, claims, hostPath left alone).
+/// others (emptyDir, claims); a pod with a `hostPath` volume or a name or path that would leave its directories is
+/// refused ([`volume_dir`], [`paths`]).
 pub async fn write_volumes(
     facts: &PodFacts<'_>,
     sources: &mut Sources,
@@ -369,10 +384,7 @@ pub async fn write_volumes(
 ) -> Result<(), PrepareError> {
     let spec = facts.pod.spec.clone().unwrap_or_default();
     for volume in spec.volumes.iter().flatten() {
-        let dir = volume_dir(facts.pod, volume, pod_dir, claims_dir);
-        if volume.host_path.is_some() {
-            continue;
-        }
+        let dir = volume_dir(facts.pod, volume, pod_dir, claims_dir)?;
         std::fs::create_dir_all(&dir)?;
         if let Some(source) = &volume.config_map {
             let values = sources.config_map(&source.name).await?;
@@ -410,27 +422,25 @@ pub async fn write_volumes(
 }
 
 /// The mounts of `container`: mount path → directory on this machine (with its `subPath`), longest path first.
-pub fn mounts(pod: &Pod, container: &Container, pod_dir: &Path, claims_dir: &Path) -> Vec<(String, PathBuf)> {
+pub fn mounts(
+    pod: &Pod,
+    container: &Container,
+    pod_dir: &Path,
+    claims_dir: &Path,
+) -> Result<Vec<(String, PathBuf)>, PrepareError> {
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
-    let mut mounts: Vec<(String, PathBuf)> = container
-        .volume_mounts
-        .iter()
-        .flatten()
-        .filter_map(|mount| {
-            let volume = volumes.iter().find(|v| v.name == mount.name)?;
-            let dir = match &volume.host_path {
-                Some(host) => PathBuf::from(&host.path),
-                None => volume_dir(pod, volume, pod_dir, claims_dir),
-            };
-            let dir = match mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                Some(sub) => dir.join(sub),
-                None => dir,
-            };
-            Some((mount.mount_path.trim_end_matches('/').to_string(), dir))
-        })
-        .collect();
-    mounts.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
-    mounts
+    let mut mounts = Vec::new();
+    for mount in container.volume_mounts.iter().flatten() {
+        let Some(volume) = volumes.iter().find(|v| v.name == mount.name) else { continue };
+        let dir = volume_dir(pod, volume, pod_dir, claims_dir)?;
+        let dir = match mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            Some(sub) => dir.join(paths::relative(sub, &format!("volumeMounts[{:?}].subPath", mount.name))?),
+            None => dir,
+        };
+        mounts.push((mount.mount_path.trim_end_matches('/').to_string(), dir));
+    }
+    mounts.sort_by_key(|(path, _): &(String, PathBuf)| std::cmp::Reverse(path.len()));
+    Ok(mounts)
 }
 
 /// `value` with a leading mount path (also after the first `=`, as in `--config=/etc/app/app.yaml`) replaced by its
@@ -463,7 +473,7 @@ pub async fn launch(
     pod_dir: &Path,
     claims_dir: &Path,
 ) -> Result<Launch, PrepareError> {
-    let mounts = mounts(facts.pod, container, pod_dir, claims_dir);
+    let mounts = mounts(facts.pod, container, pod_dir, claims_dir)?;
     let mut env = environment(facts, container, sources).await?;
     let known: BTreeMap<String, String> = env.iter().cloned().collect();
     let lookup = |name: &str| known.get(name).cloned();
