@@ -1,7 +1,8 @@
 """Throws malformed and hostile requests at a running nest apiserver: every answer must be a Kubernetes Status with
 a 4xx code (never a 5xx, never a dropped connection), and the server must keep serving.
 
-Usage: python robustness.py KUBECONFIG SEED
+Usage: python robustness.py KUBECONFIG SEED      (random hostile requests)
+       python robustness.py KUBECONFIG attacks   (the named attacks of issue 18, each with upstream's answer)
 """
 import base64
 import http.client
@@ -113,5 +114,47 @@ def main(kubeconfig, seed):
     print("robustness: 400 hostile requests, no 5xx")
 
 
+def named_attacks(kubeconfig):
+    """The inputs issue 18 names, each sent as an attacker would; each must get upstream's answer."""
+    connect = connection_factory(kubeconfig)
+    conn = connect()
+
+    def send(method, path, body=None, content_type="application/json"):
+        conn.request(method, path, body if body is None else json.dumps(body), {"Content-Type": content_type})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+
+    status, _ = send("POST", "/api/v1/namespaces", {"metadata": {"name": "attacks"}})
+    assert status in (201, 409), status
+    cm = {"metadata": {"name": "bomb"}, "data": {"k": "x" * 1000}}
+    status, _ = send("POST", "/api/v1/namespaces/attacks/configmaps", cm)
+    assert status == 201, status
+    patch = "application/json-patch+json"
+    # Each copy of the whole object into itself doubles it: 30 of them would be a terabyte.
+    bomb = [{"op": "add", "path": "/metadata/annotations", "value": {}}]
+    bomb += [{"op": "copy", "from": "", "path": f"/metadata/annotations/k{i}"} for i in range(30)]
+    status, body = send("PATCH", "/api/v1/namespaces/attacks/configmaps/bomb", bomb, patch)
+    assert status == 422 and "the accumulated size increase of copy is" in body["message"], (status, body)
+    too_many = [{"op": "test", "path": "/kind", "value": "ConfigMap"}] * 10001
+    status, body = send("PATCH", "/api/v1/namespaces/attacks/configmaps/bomb", too_many, patch)
+    assert status == 413 and body["message"] == "The allowed maximum operations in a JSON patch is 10000, got 10001", (
+        status, body)
+    # A watch asking to last longer than any clock can count is clamped, not a crashed handler: it answers 200 and
+    # streams the object that exists.
+    watch = connect()
+    watch.request("GET", "/api/v1/namespaces/attacks/configmaps?watch=true&timeoutSeconds=18446744073709551615")
+    response = watch.getresponse()
+    assert response.status == 200, response.status
+    first = json.loads(response.readline())
+    assert first["type"] == "ADDED" and first["object"]["metadata"]["name"] == "bomb", first
+    watch.close()
+    status, body = send("GET", "/api/v1/namespaces/attacks/configmaps/bomb")
+    assert status == 200 and len(json.dumps(body)) < 10_000, "the bomb changed nothing"
+    print("robustness: the copy bomb, 10,001 operations and an endless watch get upstream's answers")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[2] == "attacks":
+        named_attacks(sys.argv[1])
+    else:
+        main(sys.argv[1], int(sys.argv[2]))

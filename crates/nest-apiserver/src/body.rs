@@ -75,7 +75,16 @@ pub fn apply_patch(patch: &Patch, current: &Value, schema: Option<&nest_openapi:
             obj = nest_registry::strategic::strategic_merge(current, p, schema).map_err(invalid)?;
         }
         Patch::Merge(p) => merge_patch(&mut obj, p),
-        Patch::Json(p) => json_patch(&mut obj, p).map_err(invalid)?,
+        Patch::Json(p) => {
+            let operations = p.as_array().map_or(0, Vec::len);
+            if operations > nest_core::patch::MAX_OPERATIONS {
+                return Err(ApiError::too_large(format!(
+                    "The allowed maximum operations in a JSON patch is {}, got {operations}",
+                    nest_core::patch::MAX_OPERATIONS
+                )));
+            }
+            json_patch(&mut obj, p).map_err(invalid)?
+        }
     }
     if !obj.is_object() {
         return Err(ApiError::bad_request("the patched object is not a JSON object"));

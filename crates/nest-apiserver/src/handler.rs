@@ -23,6 +23,10 @@ use crate::discovery;
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// How long a watch lasts when the client does not say.
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+/// The longest a watch may ask to last (`timeoutSeconds`): twice the default, the top of the range kube-apiserver
+/// picks its own timeouts from (`--min-request-timeout` 1800 s, times one to two). Clients start a new watch when
+/// one ends; no timeout a client can send overflows a clock.
+const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(3600);
 /// How often a quiet watch that asked for bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
 
@@ -514,10 +518,12 @@ async fn resource_request(
             let scope = target.namespace.as_deref();
             if query.flag("watch") {
                 verb_allowed("watch")?;
-                let timeout = match query.get("timeoutSeconds").filter(|t| !t.is_empty()) {
+                // 0, like no value, means the server's default (as kube-apiserver's watch handler reads it).
+                let timeout = match query.get("timeoutSeconds").filter(|t| !t.is_empty() && *t != "0") {
                     Some(t) => Duration::from_secs(
                         t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
-                    ),
+                    )
+                    .min(MAX_WATCH_TIMEOUT),
                     None => DEFAULT_WATCH_TIMEOUT,
                 };
                 let bookmarks = options.allow_watch_bookmarks.then_some(BOOKMARK_EVERY);

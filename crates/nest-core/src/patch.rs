@@ -25,6 +25,51 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// The most operations one JSON Patch may hold (kube-apiserver's `maxJSONPatchOperations`, 1.33); more is a 413.
+pub const MAX_OPERATIONS: usize = 10_000;
+
+/// How many bytes the `copy` operations of one JSON Patch may add in all, as encoded JSON: kube-apiserver sets
+/// json-patch's `AccumulatedCopySizeLimit` to its request body limit (3 MiB). Without it, each `copy` of a document
+/// into itself doubles it: 21 operations of a 1.2 KB patch made a gigabyte.
+pub const MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The size of `value` encoded as compact JSON (strings counted without their escapes), counted only up to
+/// `budget`: what lies past it is not walked.
+fn encoded_size(value: &Value, budget: usize) -> usize {
+    let mut size = 0;
+    let mut todo = vec![value];
+    while let Some(value) = todo.pop() {
+        if size > budget {
+            break;
+        }
+        size += match value {
+            Value::Null => 4,
+            Value::Bool(b) => {
+                if *b {
+                    4
+                } else {
+                    5
+                }
+            }
+            Value::Number(n) => n.to_string().len(),
+            Value::String(s) => s.len() + 2,
+            Value::Array(items) => {
+                todo.extend(items);
+                // The brackets and the commas between items.
+                2 + items.len().saturating_sub(1)
+            }
+            Value::Object(map) => {
+                for (key, item) in map {
+                    size += key.len() + 3;
+                    todo.push(item);
+                }
+                2 + map.len().saturating_sub(1)
+            }
+        };
+    }
+    size
+}
+
 /// Why a JSON Patch could not be applied (a 422 or 400 for the client).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -117,6 +162,7 @@ pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
         return Err(err("a JSON Patch must be an array of operations"));
     };
     let mut work = doc.clone();
+    let mut copied = 0usize;
     for op in ops {
         let name = op.get("op").and_then(Value::as_str).ok_or_else(|| err("an operation has no \"op\""))?;
         let path = pointer(
@@ -155,9 +201,16 @@ pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
                 add(&mut work, &path, v)?;
             }
             "copy" => {
-                let v = get(&work, &from()?)
-                    .cloned()
-                    .ok_or_else(|| err("copy operation does not apply: from path is missing"))?;
+                let source =
+                    get(&work, &from()?).ok_or_else(|| err("copy operation does not apply: from path is missing"))?;
+                copied = copied.saturating_add(encoded_size(source, MAX_COPY_BYTES));
+                if copied > MAX_COPY_BYTES {
+                    return Err(err(format!(
+                        "Unable to complete the copy, the accumulated size increase of copy is {copied}, exceeding the \
+                         limit {MAX_COPY_BYTES}"
+                    )));
+                }
+                let v = source.clone();
                 add(&mut work, &path, v)?;
             }
             "test" => {
@@ -180,6 +233,22 @@ pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn copies_that_double_the_document_stop_at_the_limit() {
+        let mut doc = json!({"a": "x".repeat(1000)});
+        // Each operation copies the whole document into itself: 2^n times the first size.
+        let bomb: Vec<Value> = (0..30).map(|i| json!({"op": "copy", "from": "", "path": format!("/k{i}")})).collect();
+        let error = json_patch(&mut doc, &Value::Array(bomb)).unwrap_err().to_string();
+        assert!(error.starts_with("Unable to complete the copy, the accumulated size increase of copy is "), "{error}");
+        assert!(error.ends_with(&format!("exceeding the limit {MAX_COPY_BYTES}")), "{error}");
+        assert_eq!(doc, json!({"a": "x".repeat(1000)}), "nothing was applied");
+        // Copies within the limit apply.
+        let fine: Vec<Value> = (0..3).map(|i| json!({"op": "copy", "from": "/a", "path": format!("/b{i}")})).collect();
+        json_patch(&mut doc, &Value::Array(fine)).unwrap();
+        assert_eq!(doc["b2"], doc["a"]);
+        assert_eq!(encoded_size(&json!({"k": [1, "ab", null]}), usize::MAX), r#"{"k":[1,"ab",null]}"#.len());
+    }
 
     #[test]
     fn merge_patch_follows_rfc7386() {

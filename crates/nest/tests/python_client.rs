@@ -48,4 +48,21 @@ fn hostile_requests_get_4xx_statuses_never_5xx() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // Issue 18's named attacks (a JSON Patch copy bomb, 10,001 operations, a watch timeout past any clock): each gets
+    // upstream's answer, and the server's memory stays within twice what it was.
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
+    };
+    let before = rss();
+    let out = Command::new(&python).arg(&script).arg(&server.kubeconfig).arg("attacks").output().unwrap();
+    assert!(
+        out.status.success(),
+        "the named attacks:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = rss();
+    assert!(after <= 2 * before, "the server grew from {before} KiB to {after} KiB");
 }

@@ -64,6 +64,11 @@ impl Server {
         Server { child, _data: data, kubeconfig, cache: tempfile::tempdir().unwrap() }
     }
 
+    /// The server's process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The server's data directory (its PKI is in `pki/`).
     pub fn data_dir(&self) -> &std::path::Path {
         self._data.path()
