@@ -323,27 +323,31 @@ fn target(state: &State, group: &str, version: &str, segments: &[&str]) -> Resul
 }
 
 async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Incoming>) -> Result<Response<Body>> {
-    // Read the whole body first, whatever the answer will be: a body left unread makes the HTTP/1.1 connection
-    // unusable for the client's next request.
     let (request, body) = request.into_parts();
-    let body = read_body(body).await?;
     let path = request.uri.path().trim_end_matches('/').to_string();
     let path = if path.is_empty() { "/".to_string() } else { path };
     // Health and version are open to anyone, as in kube-apiserver's default RBAC.
+    let open = matches!(path.as_str(), "/version" | "/healthz" | "/livez" | "/readyz")
+        || ["/healthz/", "/livez/", "/readyz/"].iter().any(|prefix| path.starts_with(prefix));
+    let token_user =
+        request.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
+    if !open && cert_user.is_none() && token_user.is_none() {
+        // Who is asking is known before the body is read: a client that proved no identity gets no say over this
+        // server's memory, whatever it sends. Its body stays unread, so the connection closes after the answer (the
+        // unread bytes would be taken for its next request).
+        let mut response = error_response(&ApiError::unauthorized());
+        response.headers_mut().insert("connection", "close".parse().expect("a header value"));
+        return Ok(response);
+    }
+    // Otherwise the whole body is read first, whatever the answer will be: a body left unread makes the HTTP/1.1
+    // connection unusable for the client's next request.
+    let body = read_body(body).await?;
     match path.as_str() {
         "/version" => {
             return Ok(json_response(StatusCode::OK, &discovery::version(state.kubernetes_version.as_deref())));
         }
-        "/healthz" | "/livez" | "/readyz" => return Ok(text_response("ok")),
-        p if p.starts_with("/healthz/") || p.starts_with("/livez/") || p.starts_with("/readyz/") => {
-            return Ok(text_response("ok"));
-        }
+        _ if open => return Ok(text_response("ok")),
         _ => {}
-    }
-    let token_user =
-        request.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
-    if cert_user.is_none() && token_user.is_none() {
-        return Err(ApiError::unauthorized());
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let catalog = state.registry.catalog();

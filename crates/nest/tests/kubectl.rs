@@ -239,6 +239,20 @@ fn unauthenticated_requests_get_401_but_health_and_version_answer() {
         "{}",
         String::from_utf8_lossy(&denied.stderr)
     );
+    // Issue 18: an anonymous body over the size limit is refused for who sends it (401), before it is read (413).
+    let big = server.cache.path().join("big.json");
+    std::fs::write(&big, format!("{{\"data\": {{\"k\": \"{}\"}}}}", "x".repeat(4 << 20))).unwrap();
+    let posted = Command::new(KUBECTL)
+        .args(["--server", &url, "--insecure-skip-tls-verify", "--token=not-a-valid-token", "create", "--raw"])
+        .args(["/api/v1/namespaces/default/configmaps", "-f"])
+        .arg(&big)
+        .env("KUBECONFIG", "/dev/null")
+        .env("KUBECACHEDIR", server.cache.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&posted.stderr);
+    assert!(!posted.status.success() && stderr.contains("Unauthorized"), "{stderr}");
+    assert!(server.ok(&["get", "--raw", "/healthz"]) == "ok", "the server keeps serving");
 }
 
 const WIDGET_CRD: &str = r#"
