@@ -30,14 +30,31 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    }
-    Ok(())
+/// Writes a file only its owner may read (a key, a kubeconfig): created 0600, so it is never readable by anyone else,
+/// not even between its creation and a later chmod; one that existed with a looser mode is narrowed first.
+pub fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let context = || format!("writing {}", path.display());
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .with_context(context)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600)).with_context(context)?;
+    file.set_len(0).with_context(context)?;
+    file.write_all(contents.as_bytes()).with_context(context)
+}
+
+/// Creates `dir` and its missing parents, each only its owner may enter (0700); `dir` itself is narrowed to 0700 if
+/// it existed (a data directory made beforehand by `mkdir` or `mktemp`), its parents are left as they are.
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let context = || format!("creating {}", dir.display());
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).with_context(context)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).with_context(context)
 }
 
 /// The names the serving certificate must carry.
@@ -81,7 +98,7 @@ impl Pki {
     /// `given_ca` (certificate and key files), that CA is the cluster's.
     pub fn load_or_create(data_dir: &Path, names: &[String], given_ca: Option<(&Path, &Path)>) -> anyhow::Result<Pki> {
         let dir = data_dir.join("pki");
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        create_private_dir(&dir)?;
         let stored = load(&dir, "ca")?;
         let ca = match given_ca {
             Some((cert, key)) => {

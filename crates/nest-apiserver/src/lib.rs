@@ -83,8 +83,11 @@ pub async fn serve(
         if address.ip().is_unspecified() { format!("127.0.0.1:{}", address.port()) } else { address.to_string() };
     let server_url = format!("https://{host}");
     let kubeconfig = config.data_dir.join("admin.kubeconfig");
-    std::fs::write(&kubeconfig, certs::kubeconfig(&server_url, &pki.ca_cert, &pki.admin_cert, &pki.admin_key, "admin"))
-        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    // It embeds the admin's key.
+    certs::write_private(
+        &kubeconfig,
+        &certs::kubeconfig(&server_url, &pki.ca_cert, &pki.admin_cert, &pki.admin_key, "admin"),
+    )?;
     let tls = tls_config(&pki)?;
     let tokens = match &config.token_file {
         Some(path) => Tokens::load(path)?,

@@ -61,6 +61,10 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Everything nest creates is its user's alone: keys, kubeconfigs, Secret volumes, data directories. A mode set
+    // after writing leaves a moment in which another user can open the file; a umask leaves none.
+    // SAFETY: umask only sets this process's file-creation mask; it touches no memory and cannot fail.
+    unsafe { libc::umask(0o077) };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)

@@ -126,6 +126,12 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
         let out = in_demo(&["get", "pods", "-o", "jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}"]);
         String::from_utf8_lossy(&out.stdout).trim() == "Running/nest-node-0 Running/nest-node-0"
     });
+    // Issue 17: everything nest up wrote is its user's alone (keys, kubeconfigs, the tenants' Secret volumes with
+    // their CA keys, the data directories), created so rather than narrowed afterwards.
+    let volumes = std::fs::read_dir(data.path().join("nodes/nest-node-0/pods")).unwrap().count();
+    assert!(volumes >= 2, "the demo tenant's pods have their directories");
+    let open = readable_by_others(data.path());
+    assert!(open.is_empty(), "readable by others than their owner: {open:?}");
     two_tenants_share_the_node(&kubeconfig, cache.path());
     // Both flavors' rendered manifests (the golden files, held equal to the packages' output by
     // crates/nest-capn/tests/golden.rs) and the clusterctl cluster template pass a server-side dry run on nest up.
@@ -162,6 +168,27 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
     assert_eq!(String::from_utf8_lossy(&demo.stdout), "Active", "the cluster resumes where it left off");
     eventually(30, "the sleeper started again", || processes_with(&marker) == 1);
     assert!(stop(child).success());
+}
+
+/// Files and directories under `dir` (itself included) whose mode gives anything to the group or to others.
+fn readable_by_others(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut open = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(path) = todo.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            open.push(format!("{} {mode:o}", path.display()));
+        }
+        if meta.is_dir() {
+            todo.extend(std::fs::read_dir(&path).into_iter().flatten().flatten().map(|e| e.path()));
+        }
+    }
+    open
 }
 
 fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {

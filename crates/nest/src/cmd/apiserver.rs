@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
 use nest_storage::Store;
 
 #[derive(clap::Args, Debug)]
@@ -100,7 +99,7 @@ async fn open_etcd(_: Vec<String>, _: &Args) -> anyhow::Result<Arc<dyn Store>> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    nest_apiserver::certs::create_private_dir(&args.data_dir)?;
     let store = open_store(&args).await?;
     let config = nest_apiserver::Config {
         data_dir: args.data_dir.clone(),

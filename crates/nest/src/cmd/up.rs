@@ -46,7 +46,7 @@ async fn create_demo(client: kube::Client, marker: PathBuf) {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    nest_apiserver::certs::create_private_dir(&args.data_dir)?;
     let store = nest_storage::embedded::EmbeddedStore::open(args.data_dir.join("store"), Default::default())
         .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
     let config = nest_apiserver::Config {
