@@ -81,6 +81,7 @@ async fn open_backend(args: &Args) -> anyhow::Result<Arc<dyn Store>> {
 
 #[cfg(feature = "etcd")]
 async fn open_etcd(urls: Vec<String>, args: &Args) -> anyhow::Result<Arc<dyn Store>> {
+    use anyhow::Context as _;
     let read = |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
     let tls = match (&args.etcd_cafile, &args.etcd_certfile, &args.etcd_keyfile) {
         (Some(ca), Some(cert), Some(key)) => {
