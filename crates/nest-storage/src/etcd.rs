@@ -31,8 +31,11 @@ const LIST_PAGE: usize = 500;
 /// Settings of an [`EtcdStore`].
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// How many events a watcher may have queued before it is stopped with [`Error::WatchOverflow`].
+    /// How many events a watcher may have queued before it is stopped with [`Error::WatchOverflow`]…
     pub watch_buffer: usize,
+    /// …once it has also read nothing for this long. etcd hands a watcher that lagged a moment its missed events in
+    /// batches of up to a thousand, more than the buffer may hold; a consumer reading them is not behind.
+    pub watch_patience: Duration,
     /// How long a connection attempt may take.
     pub connect_timeout: Duration,
     /// TLS for `https://` endpoints: the CA to trust and the client certificate to present (PEM).
@@ -49,7 +52,12 @@ pub struct Tls {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { watch_buffer: 1024, connect_timeout: Duration::from_secs(5), tls: None }
+        Config {
+            watch_buffer: 1024,
+            watch_patience: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            tls: None,
+        }
     }
 }
 
@@ -253,6 +261,7 @@ impl Store for EtcdStore {
             .await
             .map_err(|e| etcd_error("starting an etcd watch", Some(from), e))?;
         let (tx, rx) = queue(self.config.watch_buffer);
+        let patience = self.config.watch_patience;
         tokio::spawn(async move {
             loop {
                 let response = tokio::select! {
@@ -292,7 +301,7 @@ impl Store for EtcdStore {
                             }
                         }
                     };
-                    if !tx.push(event) {
+                    if !tx.push_within(event, patience).await {
                         // Dropping `stream` cancels the etcd watch.
                         return;
                     }

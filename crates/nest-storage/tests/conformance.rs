@@ -513,7 +513,9 @@ async fn open_etcd() -> Backend {
     // One case at a time on a shared server: some cases assert exact revisions, and compaction is global.
     static SHARED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let config = Config { watch_buffer: WATCH_BUFFER, ..Config::default() };
+    // A watcher that stops reading is ended after 200 ms of a full queue: long enough for one reading its way
+    // through etcd's catch-up batches, short next to the slow-watcher case's writes.
+    let config = Config { watch_buffer: WATCH_BUFFER, watch_patience: Duration::from_millis(200), ..Config::default() };
     let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let prefix = format!("/registry/test-{}-{case}/", std::process::id());
     match std::env::var("NEST_TEST_ETCD") {
