@@ -87,7 +87,36 @@ impl Strategy for Namespace {
     }
 }
 
-/// Secrets: a default type, and the `type` field selector.
+/// The keys of `obj`'s `data` and `binaryData` as config keys, each refusal a cause at `data[<key>]`, and a key in
+/// both a cause too (`ValidateConfigMap` and `ValidateSecret` in pkg/apis/core/validation, 1.33).
+fn config_keys(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    for field in ["data", "binaryData"] {
+        for key in obj[field].as_object().into_iter().flat_map(|m| m.keys()) {
+            for message in validation::config_map_key(key) {
+                causes.push(Cause::invalid(format!("{field}[{key}]"), format!("Invalid value: {key:?}: {message}")));
+            }
+            if field == "binaryData" && obj["data"].get(key).is_some() {
+                causes.push(Cause::invalid(
+                    format!("{field}[{key}]"),
+                    format!("Invalid value: {key:?}: duplicate of key present in data"),
+                ));
+            }
+        }
+    }
+    causes
+}
+
+/// ConfigMaps: their keys, which become file names in volumes.
+pub struct ConfigMap;
+
+impl Strategy for ConfigMap {
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        config_keys(obj)
+    }
+}
+
+/// Secrets: a default type, the `type` field selector, and keys that can be file names.
 pub struct Secret;
 
 impl Strategy for Secret {
@@ -106,6 +135,10 @@ impl Strategy for Secret {
                 obj["data"][key] = Value::String(crate::base64::encode(text.as_bytes()));
             }
         }
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        config_keys(obj)
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {
@@ -592,6 +625,7 @@ pub fn for_resource(info: &crate::catalog::ResourceInfo) -> Box<dyn Strategy> {
         ("", "namespaces") => Box::new(Namespace),
         ("", "pods") => Box::new(Pod),
         ("", "secrets") => Box::new(Secret),
+        ("", "configmaps") => Box::new(ConfigMap),
         ("", "services") => Box::new(Service),
         ("apps", "deployments") => Box::new(Workload { kind: "Deployment" }),
         ("apps", "replicasets") => Box::new(Workload { kind: "ReplicaSet" }),

@@ -101,6 +101,30 @@ pub fn qualified_name(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A ConfigMap or Secret key, which becomes a file name in a volume: at most 253 alphanumerics, '-', '_' or '.',
+/// and not `.`, `..` or anything starting with `..` (`IsConfigMapKey` in k8s.io/apimachinery, 1.33). Every rule
+/// broken is one message, as upstream lists them.
+pub fn config_map_key(key: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if key.len() > 253 {
+        errors.push("must be no more than 253 characters".to_string());
+    }
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+        errors.push(
+            "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or \
+             'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+                .to_string(),
+        );
+    }
+    match key {
+        "." => errors.push("must not be '.'".to_string()),
+        ".." => errors.push("must not be '..'".to_string()),
+        _ if key.starts_with("..") => errors.push("must not start with '..'".to_string()),
+        _ => {}
+    }
+    errors
+}
+
 /// A label value: empty, or at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric.
 pub fn label_value(value: &str) -> Result<(), String> {
     if value.is_empty() || qualified_part(value) {

@@ -82,6 +82,45 @@ async fn bad_objects_get_the_right_status() {
     assert_eq!(pod.unwrap_err().to_status()["details"]["causes"][0]["field"], "spec.containers");
 }
 
+/// Issue 18: ConfigMap and Secret keys become file names in volumes, so they are refused as kube-apiserver refuses
+/// them: a key that is a path, or climbs with `..`, is a 422 naming `data[<key>]` with upstream's message.
+#[tokio::test]
+async fn config_and_secret_keys_that_are_paths_are_invalid() {
+    let f = Fixture::new().await;
+    let regex = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or \
+                 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+    let cm = json!({"metadata": {"name": "paths"}, "data": {"/etc/passwd": "x", "ok.key": "y"}});
+    let error = f.registry.create(&f.r("", "configmaps"), "ns", cm, false).await.unwrap_err();
+    assert_eq!((error.code, error.reason), (422, "Invalid"));
+    let cause = &error.to_status()["details"]["causes"][0];
+    assert_eq!(cause["field"], "data[/etc/passwd]");
+    assert_eq!(cause["message"], format!("Invalid value: \"/etc/passwd\": {regex}"));
+    assert_eq!(error.to_status()["details"]["causes"].as_array().unwrap().len(), 1, "ok.key is fine");
+
+    let secret = json!({"metadata": {"name": "climb"}, "stringData": {"../x": "s"}});
+    let error = f.registry.create(&f.r("", "secrets"), "ns", secret, false).await.unwrap_err();
+    let messages: Vec<String> = error.to_status()["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}: {}", c["field"].as_str().unwrap(), c["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            format!("data[../x]: Invalid value: \"../x\": {regex}"),
+            "data[../x]: Invalid value: \"../x\": must not start with '..'".to_string()
+        ]
+    );
+    let both = json!({"metadata": {"name": "both"}, "data": {"k": "1"}, "binaryData": {"k": "MQ=="}});
+    let error = f.registry.create(&f.r("", "configmaps"), "ns", both, false).await.unwrap_err();
+    assert_eq!(
+        error.to_status()["details"]["causes"][0]["message"],
+        "Invalid value: \"k\": duplicate of key present in data"
+    );
+    f.cm("fine", json!({"key.name": "1", "KEY_NAME": "2", "key-name": "3"})).await;
+}
+
 #[tokio::test]
 async fn stale_updates_conflict_and_dry_run_persists_nothing() {
     let f = Fixture::new().await;
