@@ -117,6 +117,8 @@ impl Options {
                 data_dir: data_dir.join(&name),
                 allowlist: allowlist::Allowlist::defaults(&nest),
                 crash_backoff: Duration::from_secs(10),
+                oci_runtime: "runc".into(),
+                init: nest.clone(),
             },
             name,
             cpu: "4".into(),
@@ -153,10 +155,7 @@ pub async fn run(
     let pool = addresses::Pool::new(&options.pod_cidr)?;
     let runtime = match options.mode {
         Mode::Simulated => None,
-        Mode::Process | Mode::Both => Some(Arc::new(
-            process::Runtime::new(client.clone(), options.process.clone())
-                .map_err(|error| anyhow::anyhow!("preparing {}: {error}", options.process.data_dir.display()))?,
-        )),
+        Mode::Process | Mode::Both => Some(Arc::new(process::Runtime::new(client.clone(), options.process.clone())?)),
     };
     let kubelet = match &options.kubelet {
         Some((tls, port)) => {

@@ -3,11 +3,10 @@
 //! `initialDelaySeconds`, every `periodSeconds`, within `timeoutSeconds`, with `successThreshold` and
 //! `failureThreshold` counting consecutive results.
 //!
-//! An `exec` probe has no container to run in: its program must be one of the node's allowlisted executables, named
-//! by file name (`nest`, `etcd`), and its arguments are rewritten like the container's.
+//! An `exec` probe runs in the container's sandbox, as the container's own process does ([`Sandboxed::exec`]).
 
+use crate::process::sandbox::Sandboxed;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,11 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[derive(Clone, Debug, Default)]
 pub struct Target {
     pub pod_ip: String,
-    /// Executables exec probes may run, by file name.
-    pub programs: Vec<PathBuf>,
-    /// The container's mounts, for rewriting exec probe arguments.
-    pub mounts: Vec<(String, PathBuf)>,
-    pub env: Vec<(String, String)>,
+    /// Where exec probes run.
+    pub sandbox: Option<Arc<Sandboxed>>,
 }
 
 /// One probe, with the container's named ports resolved.
@@ -179,19 +175,12 @@ impl Check {
                 }
             }
             Action::Exec { command } => {
-                let Some(first) = command.first() else { return Err("an exec probe needs a command".into()) };
-                let name = std::path::Path::new(first).file_name().map(|n| n.to_os_string());
-                let program = target
-                    .programs
-                    .iter()
-                    .find(|p| p.file_name().map(|n| n.to_os_string()) == name)
-                    .ok_or_else(|| format!("{first:?} is not one of this node's allowlisted programs"))?;
-                let args: Vec<String> =
-                    command[1..].iter().map(|a| crate::process::prepare::rewrite(a, &target.mounts)).collect();
-                let status = tokio::process::Command::new(program)
-                    .args(&args)
-                    .env_clear()
-                    .envs(target.env.iter().map(|(k, v)| (k, v)))
+                if command.is_empty() {
+                    return Err("an exec probe needs a command".into());
+                }
+                let sandbox = target.sandbox.as_ref().ok_or("an exec probe needs a running container")?;
+                let status = sandbox
+                    .exec(command)
                     .stdin(std::process::Stdio::null())
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())

@@ -61,6 +61,11 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // In a sandbox the node mounts this binary as the container's first process (`/.nest/init PROGRAM ARGS…`).
+    let mut args = std::env::args_os();
+    if args.next().is_some_and(|first| first == nest_node::process::sandbox::INIT_PATH) {
+        nest_node::process::init::run(args.collect());
+    }
     // Everything nest creates is its user's alone: keys, kubeconfigs, Secret volumes, data directories. A mode set
     // after writing leaves a moment in which another user can open the file; a umask leaves none.
     // SAFETY: umask only sets this process's file-creation mask; it touches no memory and cannot fail.

@@ -7,7 +7,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{Component, ControllerManager, Server, eventually};
@@ -78,19 +77,7 @@ fn ready(pod: &Value) -> bool {
     pod["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
-/// The processes on this machine whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(needle) && pid != std::process::id() {
-            found.push(pid);
-        }
-    }
-    found
-}
+use common::up::processes_with;
 
 /// GET `path` from `address`: the body, or the error.
 fn get(address: &str, path: &str) -> Result<String, String> {
@@ -296,7 +283,7 @@ spec:
   - name: main
     image: nest
     args: [debug, cat]
-    readinessProbe: {exec: {command: [cat, /etc/hostname]}, periodSeconds: 1}
+    readinessProbe: {exec: {command: [cat, /etc/shadow]}, periodSeconds: 1}
 ---
 apiVersion: v1
 kind: Pod
@@ -348,11 +335,12 @@ fn crashing_containers_back_off_and_probes_restart_or_unready_them() {
     let refused = get(&format!("{cluster_ip}:80"), "/");
     assert!(refused.as_ref().is_err_and(|e| e.contains("refused")), "the Service sent to an unready pod: {refused:?}");
 
-    // Exec probes run the node's allowlisted programs, and nothing else.
+    // Exec probes run in the container's sandbox: the allowlisted programs by name, the system's programs, and none
+    // of the host's files (the host has an /etc/shadow; the sandbox has not).
     eventually(30, "probed Ready", || ready(&pod(server, "probed")));
     assert_eq!(pod(server, "probed")["status"]["containerStatuses"][0]["started"], true);
     eventually(30, "misprobed Running", || pod(server, "misprobed")["status"]["phase"] == "Running");
-    assert!(!ready(&pod(server, "misprobed")), "a probe running a program off the allowlist passed");
+    assert!(!ready(&pod(server, "misprobed")), "an exec probe read the host's /etc/shadow");
 
     // A process-only node cannot run nginx, and says so.
     eventually(30, "refused with a reason", || {
@@ -444,15 +432,14 @@ fn volumes_and_environment_reach_the_process_and_deletion_stops_it_within_the_gr
     eventually(10, "reader's output", || cluster.log("reader", "main", 0).contains("$CPUS="));
     let log = cluster.log("reader", "main", 0);
     let uid = pod(server, "reader")["metadata"]["uid"].as_str().unwrap().to_string();
-    let volumes: PathBuf = cluster.node_dir.path().join("proc/pods").join(&uid).join("volumes");
-    let line = |file: &str| format!("{}: ", volumes.join(file).display());
-    assert!(log.contains(&format!("{}hello", line("config/greeting"))), "{log}");
-    assert!(log.contains(&format!("{}s3cret", line("secret/password"))), "{log}");
-    assert!(log.contains(&format!("{}tier=\"backend\"", line("podinfo/labels"))), "{log}");
+    // The volumes are mounted where the pod says, in the container's own filesystem.
+    assert!(log.contains("/etc/config/greeting: hello"), "{log}");
+    assert!(log.contains("/etc/secret/password: s3cret"), "{log}");
+    assert!(log.contains("/etc/podinfo/labels: tier=\"backend\""), "{log}");
     for expected in [
         "$GREETING=hello".to_string(),
         "$PASSWORD=s3cret".to_string(),
-        format!("$CONFIG_DIR={}", volumes.join("config").display()),
+        "$CONFIG_DIR=/etc/config".to_string(),
         "$MY_NAMESPACE=default".to_string(),
         "$CFG_colour=blue".to_string(),
         "$CPUS=2".to_string(),
@@ -468,14 +455,15 @@ fn volumes_and_environment_reach_the_process_and_deletion_stops_it_within_the_gr
     let second = KEEPER.split("---").nth(1).unwrap().replace("name: keeper", "name: keeper-again");
     server.apply_manifest(&second);
     eventually(30, "keeper-again reading the claim", || {
-        cluster.log("keeper-again", "main", 0).contains(&format!("{}: kept", claims.join("note").display()))
+        cluster.log("keeper-again", "main", 0).contains("/data/note: kept")
     });
 
     // kubectl delete waits for the pod to go: the process stops on SIGTERM at once.
     let started = Instant::now();
     server.ok(&["delete", "pod", "reader", "--timeout=60s"]);
     assert!(started.elapsed() < Duration::from_secs(20), "deleting reader took {:?}", started.elapsed());
-    assert!(processes_with(&uid).is_empty(), "reader's process survived its pod");
+    assert!(processes_with(&uid).is_empty(), "reader's sandbox survived its pod");
+    assert!(processes_with("cat /etc/config/greeting").is_empty(), "reader's process survived its pod");
 
     // One that ignores SIGTERM is killed when its grace period of 2 s ends.
     eventually(30, "stubborn Running", || cluster.log("stubborn", "main", 0).contains("started"));

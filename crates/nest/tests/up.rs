@@ -4,61 +4,15 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
+use common::up::{kubectl, stop, up};
 use common::{KUBECTL, eventually};
 
-/// A running `nest up`, killed if the test fails before stopping it.
-struct Up(Option<Child>);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn up(data: &Path) -> (Up, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nest"))
-        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nest up");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut printed = String::new();
-    while !printed.contains("Ctrl-C stops it") {
-        assert!(stdout.read_line(&mut printed).unwrap() > 0, "nest up exited early: {printed}");
-    }
-    std::thread::spawn(move || for _ in stdout.lines() {});
-    (Up(Some(child)), printed)
-}
-
-fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(KUBECTL).args(args).env("KUBECONFIG", kubeconfig).env("KUBECACHEDIR", cache).output().unwrap()
-}
-
-/// How many processes on this machine have `needle` in their command line.
+/// How many processes on this machine have `needle` in their command line (their sandboxes' inits aside).
 fn processes_with(needle: &str) -> usize {
-    let entries = std::fs::read_dir("/proc").unwrap().flatten();
-    entries
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok_and(|pid| pid != std::process::id()))
-        .filter(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmdline).contains(needle)
-        })
-        .count()
-}
-
-fn stop(mut up: Up) -> std::process::ExitStatus {
-    let mut child = up.0.take().expect("a running nest up");
-    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-    child.wait().unwrap()
+    common::up::processes_with(needle).len()
 }
 
 #[test]

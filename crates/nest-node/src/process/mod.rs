@@ -1,5 +1,5 @@
 //! The process runtime: a pod whose every image is on the node's [`allowlist`](crate::allowlist) runs as
-//! real processes, one per container, each in its own process group.
+//! real processes, one per container, each in a sandbox of its own made by an OCI runtime ([`sandbox`]).
 //!
 //! - **Files.** Everything of pod `<uid>` lives in `<data>/pods/<uid>/`: `volumes/<name>/` (written by
 //!   [`prepare`]), `logs/<container>/<restart>.log` (each line `<RFC 3339 time> <stdout|stderr> <text>`) and
@@ -12,8 +12,10 @@
 //! - **Status.** Every change of a container is reported at once as the pod's status (phase, conditions, container
 //!   states, restart counts, last termination state).
 
+pub mod init;
 pub mod paths;
 pub mod prepare;
+pub mod sandbox;
 mod supervise;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -36,30 +38,39 @@ pub struct Config {
     pub allowlist: Allowlist,
     /// The first back-off after a second crash (the kubelet's is 10 s).
     pub crash_backoff: Duration,
+    /// The OCI runtime (`runc`, or one with its command line), looked up on `PATH` when it has no `/`.
+    pub oci_runtime: PathBuf,
+    /// The node's own binary: every container's init ([`init`]).
+    pub init: PathBuf,
 }
 
 /// The pods this node runs as processes.
 pub struct Runtime {
     client: Client,
     config: Config,
+    sandboxes: sandbox::Sandboxes,
     /// Pods started by this node and not yet removed, by UID.
     pods: Mutex<HashMap<String, Arc<PodRun>>>,
 }
 
 impl Runtime {
-    /// A runtime keeping its files under `config.data_dir`. Processes left behind by an earlier run of this node
-    /// (the node was killed) are killed first; their pods start again when they are reconciled.
+    /// A runtime keeping its files under `config.data_dir`. Processes and containers left behind by an earlier run
+    /// of this node (the node was killed) are killed first; their pods start again when they are reconciled. Fails,
+    /// saying what to install, when the OCI runtime cannot run.
     ///
-    /// A relative `data_dir` is made absolute first: the paths of volumes and files handed to a pod's processes are
-    /// beneath it, and those processes run in their pod's directory, not in this process's.
-    pub fn new(client: Client, mut config: Config) -> std::io::Result<Runtime> {
-        config.data_dir = std::path::absolute(&config.data_dir)?;
-        std::fs::create_dir_all(config.data_dir.join("pods"))?;
-        std::fs::create_dir_all(config.data_dir.join("claims"))?;
-        for entry in std::fs::read_dir(config.data_dir.join("pods"))?.flatten() {
+    /// A relative `data_dir` is made absolute first: the paths of volumes handed to the OCI runtime are beneath it.
+    pub fn new(client: Client, mut config: Config) -> anyhow::Result<Runtime> {
+        let preparing = |e: std::io::Error| anyhow::anyhow!("preparing {}: {e}", config.data_dir.display());
+        config.data_dir = std::path::absolute(&config.data_dir).map_err(preparing)?;
+        let preparing = |e: std::io::Error| anyhow::anyhow!("preparing {}: {e}", config.data_dir.display());
+        std::fs::create_dir_all(config.data_dir.join("pods")).map_err(preparing)?;
+        std::fs::create_dir_all(config.data_dir.join("claims")).map_err(preparing)?;
+        for entry in std::fs::read_dir(config.data_dir.join("pods")).map_err(preparing)?.flatten() {
             supervise::kill_leftovers(&entry.path().join("pids"));
         }
-        Ok(Runtime { client, config, pods: Mutex::new(HashMap::new()) })
+        let programs = config.allowlist.entries.iter().map(|e| e.executable.clone()).collect();
+        let sandboxes = sandbox::Sandboxes::new(&config.data_dir, &config.oci_runtime, &config.init, programs)?;
+        Ok(Runtime { client, config, sandboxes, pods: Mutex::new(HashMap::new()) })
     }
 
     fn pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<PodRun>>> {
@@ -107,17 +118,30 @@ impl Runtime {
         let programs =
             self.programs(pod).map_err(|image| PrepareError::Config(format!("image {image} not allowed")))?;
         let spec = pod.spec.clone().unwrap_or_default();
+        let containers: Vec<_> = spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect();
         let mut launches = Vec::new();
-        for (container, program) in spec.init_containers.iter().flatten().chain(spec.containers.iter()).zip(&programs) {
+        for (container, program) in containers.iter().zip(&programs) {
             let launch = prepare::launch(facts, container, program, &mut sources, &pod_dir, &claims_dir).await?;
             launches.push(launch);
+        }
+        let base = self.sandboxes.base(pod)?;
+        let claims: Vec<PathBuf> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| v.persistent_volume_claim.is_some())
+            .map(|v| prepare::volume_dir(pod, v, &pod_dir, &claims_dir))
+            .collect::<Result<_, _>>()?;
+        self.sandboxes.own_volumes(pod, &pod_dir, &claims, base)?;
+        for (container, launch) in containers.iter().zip(&mut launches) {
+            let sandboxed = self.sandboxes.prepare(pod, container, launch, facts.pod_ip, base)?;
+            launch.sandbox = Some(Arc::new(sandboxed));
         }
         let setting = supervise::Setting {
             pod_ip: facts.pod_ip.to_string(),
             host_ip: facts.host_ip.to_string(),
             pod_dir,
             backoff: self.config.crash_backoff,
-            programs: self.config.allowlist.entries.iter().map(|e| e.executable.clone()).collect(),
         };
         let run = PodRun::start(self.client.clone(), pod, setting, launches);
         self.pods().insert(uid, run);
@@ -140,6 +164,7 @@ impl Runtime {
             run.stop(Duration::ZERO).await;
         }
         let _ = std::fs::remove_dir_all(self.pod_dir(uid));
+        self.sandboxes.remove_pod(uid);
     }
 
     /// Stops and removes every pod not in `live`, a list of the node's pods taken at `listed` (deleted without this
@@ -164,6 +189,7 @@ impl Runtime {
                 if !live.contains(&uid) && !self.knows(&uid) && older {
                     supervise::kill_leftovers(&entry.path().join("pids"));
                     let _ = std::fs::remove_dir_all(entry.path());
+                    self.sandboxes.remove_pod(&uid);
                 }
             }
         }

@@ -1,7 +1,6 @@
 //! What a container needs before its process starts: its volumes written out under the pod's directory, its
-//! environment resolved (literals, ConfigMaps, Secrets, the downward API), its command line expanded, and every
-//! argument or environment value that names a path under a `volumeMounts` entry rewritten to the directory that stands
-//! in for the mount, since a process has no container filesystem. Paths inside files are not rewritten.
+//! environment resolved (literals, ConfigMaps, Secrets, the downward API), its command line expanded, and the host
+//! directory each of its `volumeMounts` binds into its sandbox ([`super::sandbox`]).
 
 use super::paths;
 use std::collections::BTreeMap;
@@ -42,14 +41,28 @@ impl PrepareError {
 }
 
 /// How a container's process is started.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Launch {
+    /// The host executable standing for the image's entrypoint (mounted into the sandbox at the same path).
     pub program: PathBuf,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// In the container.
     pub working_dir: Option<PathBuf>,
-    /// Mount path → directory on this machine, longest first (for rewriting exec probes too).
-    pub mounts: Vec<(String, PathBuf)>,
+    pub mounts: Vec<VolumeMount>,
+    /// The sandbox the process runs in, once [`super::Runtime`] has made it.
+    pub sandbox: Option<std::sync::Arc<super::sandbox::Sandboxed>>,
+}
+
+/// One of a container's `volumeMounts`: where in the container, from which host directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeMount {
+    /// `mountPath`.
+    pub path: String,
+    /// The volume's directory on this machine (with its `subPath`).
+    pub dir: PathBuf,
+    /// `readOnly`, and always for ConfigMap, Secret, downward API and projected volumes (as the kubelet mounts them).
+    pub read_only: bool,
 }
 
 /// The facts about the pod the downward API exposes, once it has an address.
@@ -421,50 +434,51 @@ pub async fn write_volumes(
     Ok(())
 }
 
-/// The mounts of `container`: mount path → directory on this machine (with its `subPath`), longest path first.
+/// The mounts of `container`. A `subPath` is made if missing, and refused if any part of it is a symbolic link (the
+/// pod's own processes may have left one in an emptyDir or claim, pointing anywhere on the host).
 pub fn mounts(
     pod: &Pod,
     container: &Container,
     pod_dir: &Path,
     claims_dir: &Path,
-) -> Result<Vec<(String, PathBuf)>, PrepareError> {
+) -> Result<Vec<VolumeMount>, PrepareError> {
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
     let mut mounts = Vec::new();
     for mount in container.volume_mounts.iter().flatten() {
-        let Some(volume) = volumes.iter().find(|v| v.name == mount.name) else { continue };
-        let dir = volume_dir(pod, volume, pod_dir, claims_dir)?;
-        let dir = match mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            Some(sub) => dir.join(paths::relative(sub, &format!("volumeMounts[{:?}].subPath", mount.name))?),
-            None => dir,
+        let Some(volume) = volumes.iter().find(|v| v.name == mount.name) else {
+            return Err(PrepareError::Config(format!("volumeMounts {:?}: no volume of that name", mount.name)));
         };
-        mounts.push((mount.mount_path.trim_end_matches('/').to_string(), dir));
+        let mut dir = volume_dir(pod, volume, pod_dir, claims_dir)?;
+        if let Some(sub) = mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            let field = format!("volumeMounts[{:?}].subPath", mount.name);
+            for part in paths::relative(sub, &field)?.components() {
+                dir.push(part);
+                match std::fs::symlink_metadata(&dir) {
+                    Ok(meta) if meta.is_dir() => {}
+                    Ok(meta) if meta.file_type().is_symlink() => {
+                        return Err(PrepareError::Config(format!("{field} {sub:?} leads through a symbolic link")));
+                    }
+                    Ok(_) => return Err(PrepareError::Config(format!("{field} {sub:?} is not a directory"))),
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(&dir)?,
+                    Err(error) => return Err(error.into()),
+                }
+            }
+        }
+        let projected = volume.config_map.is_some()
+            || volume.secret.is_some()
+            || volume.downward_api.is_some()
+            || volume.projected.is_some();
+        mounts.push(VolumeMount {
+            path: mount.mount_path.clone(),
+            dir,
+            read_only: projected || mount.read_only == Some(true),
+        });
     }
-    mounts.sort_by_key(|(path, _): &(String, PathBuf)| std::cmp::Reverse(path.len()));
     Ok(mounts)
 }
 
-/// `value` with a leading mount path (also after the first `=`, as in `--config=/etc/app/app.yaml`) replaced by its
-/// directory on this machine.
-pub fn rewrite(value: &str, mounts: &[(String, PathBuf)]) -> String {
-    let replace = |text: &str| -> Option<String> {
-        mounts.iter().find_map(|(path, dir)| {
-            let rest = text.strip_prefix(path.as_str())?;
-            (rest.is_empty() || rest.starts_with('/')).then(|| format!("{}{rest}", dir.display()))
-        })
-    };
-    if let Some(rewritten) = replace(value) {
-        return rewritten;
-    }
-    if let Some((flag, path)) = value.split_once('=')
-        && let Some(rewritten) = replace(path)
-    {
-        return format!("{flag}={rewritten}");
-    }
-    value.to_string()
-}
-
 /// Everything needed to start `container` of the pod as a process of `program`: `command[0]` stands for the image's
-/// entrypoint and is replaced by `program`; the rest of `command` and `args` follow, expanded and rewritten.
+/// entrypoint and is replaced by `program`; the rest of `command` and `args` follow, expanded.
 pub async fn launch(
     facts: &PodFacts<'_>,
     container: &Container,
@@ -479,16 +493,13 @@ pub async fn launch(
     let lookup = |name: &str| known.get(name).cloned();
     let mut args: Vec<String> = container.command.iter().flatten().skip(1).cloned().collect();
     args.extend(container.args.iter().flatten().cloned());
-    let args = args.iter().map(|a| rewrite(&expand(a, lookup), &mounts)).collect();
-    for (_, value) in &mut env {
-        *value = rewrite(value, &mounts);
-    }
+    let args = args.iter().map(|a| expand(a, lookup)).collect();
     let hostname = facts.pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| facts.pod.name_any());
     if !env.iter().any(|(k, _)| k == "HOSTNAME") {
         env.push(("HOSTNAME".into(), hostname));
     }
-    let working_dir = container.working_dir.as_deref().map(|d| PathBuf::from(rewrite(d, &mounts)));
-    Ok(Launch { program: program.to_path_buf(), args, env, working_dir, mounts })
+    let working_dir = container.working_dir.as_deref().map(PathBuf::from);
+    Ok(Launch { program: program.to_path_buf(), args, env, working_dir, mounts, sandbox: None })
 }
 
 #[cfg(test)]
@@ -513,19 +524,5 @@ mod tests {
             serde_json::from_value(serde_json::json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}}))
                 .unwrap();
         assert!(service_variables(&headless).is_empty());
-    }
-
-    #[test]
-    fn paths_under_a_mount_are_rewritten_and_others_are_not() {
-        let mounts = vec![
-            ("/etc/app/tls".to_string(), PathBuf::from("/data/pods/u/volumes/tls")),
-            ("/etc/app".to_string(), PathBuf::from("/data/pods/u/volumes/config")),
-        ];
-        assert_eq!(rewrite("/etc/app/tls/tls.crt", &mounts), "/data/pods/u/volumes/tls/tls.crt");
-        assert_eq!(rewrite("/etc/app/app.yaml", &mounts), "/data/pods/u/volumes/config/app.yaml");
-        assert_eq!(rewrite("/etc/app", &mounts), "/data/pods/u/volumes/config");
-        assert_eq!(rewrite("--config=/etc/app/app.yaml", &mounts), "--config=/data/pods/u/volumes/config/app.yaml");
-        assert_eq!(rewrite("/etc/application", &mounts), "/etc/application", "a mount path is a whole directory");
-        assert_eq!(rewrite("--x=/var/y", &mounts), "--x=/var/y");
     }
 }

@@ -15,14 +15,15 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::Launch;
+use super::sandbox::Sandboxed;
 use crate::probe::{self, Probes};
 
 /// The kubelet's longest crash back-off.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How long a container must run for its back-off to start over (the kubelet: 10 minutes).
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
-/// The `PATH` of a container that does not set one (the usual image default).
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// How long the OCI runtime may take to start a container's first process.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What is known of one container.
 #[derive(Clone, Debug)]
@@ -49,8 +50,6 @@ struct Shared {
     start_time: String,
     restart_policy: String,
     pod_dir: PathBuf,
-    /// The node's allowlisted executables (what exec probes may run).
-    programs: Vec<PathBuf>,
     containers: Mutex<Vec<Container>>,
     /// Held while a status is sent, so reports arrive in order.
     reporting: tokio::sync::Mutex<()>,
@@ -67,8 +66,6 @@ pub struct Setting {
     pub pod_dir: PathBuf,
     /// The first crash back-off.
     pub backoff: Duration,
-    /// The node's allowlisted executables (what exec probes may run).
-    pub programs: Vec<PathBuf>,
 }
 
 /// A running pod: stop it with [`PodRun::stop`].
@@ -83,7 +80,7 @@ pub struct PodRun {
 impl PodRun {
     /// Starts the pod's processes (`launches` are for the init containers, then the containers, in order).
     pub fn start(client: Client, pod: &Pod, setting: Setting, launches: Vec<Launch>) -> Arc<PodRun> {
-        let Setting { pod_ip, host_ip, pod_dir, backoff, programs } = setting;
+        let Setting { pod_ip, host_ip, pod_dir, backoff } = setting;
         let spec = pod.spec.clone().unwrap_or_default();
         let restarts = super::Runtime::restart_counts(pod);
         // A pod this node ran before (it was restarted) keeps counting restarts.
@@ -116,7 +113,6 @@ impl PodRun {
             start_time: already.map_or_else(rfc3339_now, |t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
             restart_policy: spec.restart_policy.clone().unwrap_or_else(|| "Always".into()),
             pod_dir,
-            programs,
             containers: Mutex::new(containers),
             reporting: tokio::sync::Mutex::new(()),
             silent: std::sync::atomic::AtomicBool::new(false),
@@ -254,11 +250,11 @@ impl Shared {
         self.pod_dir.join("logs").join(name).join(format!("{restart}.log"))
     }
 
-    /// Starts one process of container `index`; `None` with the reason when it cannot start.
+    /// Starts the OCI runtime's process for one run of container `index`, its output copied to the container's log.
     async fn spawn(
         &self,
         index: usize,
-        launch: &Launch,
+        sandbox: &Sandboxed,
     ) -> Result<(tokio::process::Child, Vec<tokio::task::JoinHandle<()>>), String> {
         let (name, restart) = self.with(index, |c| (c.name.clone(), c.restart_count));
         let log_path = self.log_path(&name, restart);
@@ -271,20 +267,15 @@ impl Shared {
             .open(&log_path)
             .await
             .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
-        let mut command = tokio::process::Command::new(&launch.program);
+        let mut command = sandbox.run();
         command
-            .args(&launch.args)
             .env_clear()
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(launch.working_dir.as_deref().unwrap_or(&self.pod_dir))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if !launch.env.iter().any(|(k, _)| k == "PATH") {
-            command.env("PATH", DEFAULT_PATH);
-        }
         // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
         unsafe {
             command.pre_exec(|| {
@@ -292,7 +283,7 @@ impl Shared {
                 Ok(())
             });
         }
-        let mut child = command.spawn().map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
+        let mut child = command.spawn().map_err(|e| format!("starting the OCI runtime: {e}"))?;
         let log = Arc::new(tokio::sync::Mutex::new(log));
         let mut copies = Vec::new();
         if let Some(out) = child.stdout.take() {
@@ -301,12 +292,27 @@ impl Shared {
         if let Some(err) = child.stderr.take() {
             copies.push(tokio::spawn(copy_lines(err, "stderr", log)));
         }
-        if let Some(pid) = child.id() {
-            let pids = self.pod_dir.join("pids");
-            let _ = std::fs::create_dir_all(&pids);
-            let _ = std::fs::write(pids.join(&name), format!("{pid} {}", start_ticks(pid).unwrap_or(0)));
-        }
         Ok((child, copies))
+    }
+
+    /// Waits for the container's first process to exist: its host process ID, or `None` when the runtime ended (or
+    /// took too long) without starting it.
+    async fn started(&self, index: usize, sandbox: &Sandboxed, child: &mut tokio::process::Child) -> Option<u32> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(pid) = sandbox.pid() {
+                let pids = self.pod_dir.join("pids");
+                let _ = std::fs::create_dir_all(&pids);
+                let name = self.with(index, |c| c.name.clone());
+                let _ = std::fs::write(pids.join(name), format!("{pid} {}", start_ticks(pid).unwrap_or(0)));
+                return Some(pid);
+            }
+            if matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+                return sandbox.pid();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
     }
 
     /// Runs container `index` until it is done for good; returns whether it last exited with 0.
@@ -333,71 +339,48 @@ impl Shared {
             }
             let started = Instant::now();
             let started_at = rfc3339_now();
-            let container_id = format!("process://{}/{}", self.uid, self.with(index, |c| c.name.clone()));
-            let (code, reason) = match self.spawn(index, &launch).await {
-                Err(message) => {
+            let Some(sandbox) = launch.sandbox.clone() else { return false };
+            let container_id = format!("runc://{}", sandbox.id);
+            let mut message = None;
+            let (code, reason) = match self.spawn(index, &sandbox).await {
+                Err(text) => {
                     self.with(index, |c| {
-                        c.state = json!({"waiting": {"reason": "RunContainerError", "message": message}});
+                        c.state = json!({"waiting": {"reason": "RunContainerError", "message": text}});
                     });
                     (128, "ContainerCannotRun")
                 }
-                Ok((mut child, copies)) => {
-                    let pid = child.id().unwrap_or(0);
-                    self.with(index, |c| {
-                        c.state = json!({"running": {"startedAt": started_at}});
-                        c.started = !probes.has_startup();
-                        c.ready = !c.init && !probes.has_readiness() && c.started;
-                    });
-                    self.report().await;
-                    let target = probe::Target {
-                        pod_ip: self.pod_ip.clone(),
-                        programs: self.programs.clone(),
-                        mounts: launch.mounts.clone(),
-                        env: launch.env.clone(),
-                    };
-                    let probing = (!probes.is_empty())
-                        .then(|| tokio::spawn(self.clone().probe(index, probes.clone(), target, pid)));
-                    let outcome = {
-                        let wait = child.wait();
-                        tokio::pin!(wait);
-                        tokio::select! {
-                            status = &mut wait => Ok(status),
-                            grace = stopped(&mut stop) => Err(grace),
+                Ok((mut child, copies)) => match self.started(index, &sandbox, &mut child).await {
+                    None => {
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                        for copy in copies {
+                            let _ = tokio::time::timeout(Duration::from_secs(1), copy).await;
                         }
-                    };
-                    let status = match outcome {
-                        Ok(status) => status,
-                        Err(grace) => {
-                            signal_group(pid, libc::SIGTERM);
-                            match tokio::time::timeout(grace, child.wait()).await {
-                                Ok(status) => status,
-                                Err(_) => {
-                                    signal_group(pid, libc::SIGKILL);
-                                    child.wait().await
-                                }
-                            }
-                        }
-                    };
-                    if let Some(probing) = probing {
-                        probing.abort();
+                        sandbox.finish().await;
+                        message = Some(sandbox.failure().unwrap_or_else(|| "the OCI runtime did not start it".into()));
+                        (128, "StartError")
                     }
-                    // The output of a process whose children keep its pipes open is not waited for.
-                    for copy in copies {
-                        let _ = tokio::time::timeout(Duration::from_secs(1), copy).await;
+                    Some(pid) => {
+                        let (code, oom) =
+                            self.running(index, &sandbox, &probes, (child, copies, pid), &mut stop, &started_at).await;
+                        (
+                            code,
+                            if oom {
+                                "OOMKilled"
+                            } else if code == 0 {
+                                "Completed"
+                            } else {
+                                "Error"
+                            },
+                        )
                     }
-                    let _ = std::fs::remove_file(self.pod_dir.join("pids").join(self.with(index, |c| c.name.clone())));
-                    let code = match status {
-                        Ok(status) => {
-                            use std::os::unix::process::ExitStatusExt;
-                            status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(9))
-                        }
-                        Err(_) => 128,
-                    };
-                    (code, if code == 0 { "Completed" } else { "Error" })
-                }
+                },
             };
-            let terminated = json!({"terminated": {"exitCode": code, "reason": reason, "startedAt": started_at,
+            let mut terminated = json!({"terminated": {"exitCode": code, "reason": reason, "startedAt": started_at,
                                                    "finishedAt": rfc3339_now(), "containerID": container_id}});
+            if let Some(message) = message {
+                terminated["terminated"]["message"] = json!(message);
+            }
             let init = self.with(index, |c| c.init);
             let restart = stop.borrow().is_none()
                 && match self.restart_policy.as_str() {
@@ -443,6 +426,67 @@ impl Shared {
             }
             self.with(index, |c| c.restart_count += 1);
         }
+    }
+
+    /// One run of container `index`, whose runtime process is `child` (its output copied by `copies`) and whose
+    /// first process is `pid`: probes it, stops it when told (SIGTERM, then SIGKILL when the grace period ends) and
+    /// waits for it. Returns its exit code and whether the kernel killed it for memory.
+    async fn running(
+        self: &Arc<Self>,
+        index: usize,
+        sandbox: &Arc<Sandboxed>,
+        probes: &Probes,
+        (mut child, copies, pid): (tokio::process::Child, Vec<tokio::task::JoinHandle<()>>, u32),
+        stop: &mut watch::Receiver<Option<Duration>>,
+        started_at: &str,
+    ) -> (i32, bool) {
+        self.with(index, |c| {
+            c.state = json!({"running": {"startedAt": started_at}});
+            c.started = !probes.has_startup();
+            c.ready = !c.init && !probes.has_readiness() && c.started;
+        });
+        self.report().await;
+        let target = probe::Target { pod_ip: self.pod_ip.clone(), sandbox: Some(sandbox.clone()) };
+        let probing =
+            (!probes.is_empty()).then(|| tokio::spawn(self.clone().probe(index, probes.clone(), target, pid)));
+        let outcome = {
+            let wait = child.wait();
+            tokio::pin!(wait);
+            tokio::select! {
+                status = &mut wait => Ok(status),
+                grace = stopped(stop) => Err(grace),
+            }
+        };
+        let status = match outcome {
+            Ok(status) => status,
+            Err(grace) => {
+                signal_group(pid, libc::SIGTERM);
+                match tokio::time::timeout(grace, child.wait()).await {
+                    Ok(status) => status,
+                    Err(_) => {
+                        signal_group(pid, libc::SIGKILL);
+                        child.wait().await
+                    }
+                }
+            }
+        };
+        if let Some(probing) = probing {
+            probing.abort();
+        }
+        // The output of a process whose children keep its pipes open is not waited for.
+        for copy in copies {
+            let _ = tokio::time::timeout(Duration::from_secs(1), copy).await;
+        }
+        let _ = std::fs::remove_file(self.pod_dir.join("pids").join(self.with(index, |c| c.name.clone())));
+        let oom = sandbox.finish().await;
+        let code = match status {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt;
+                status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(9))
+            }
+            Err(_) => 128,
+        };
+        (code, oom)
     }
 
     /// Runs the container's probes while its process `pid` lives: startup first, then liveness and readiness. A

@@ -29,6 +29,12 @@ pub enum Debug {
         #[arg(long, value_name = "MS", default_value_t = 0)]
         after_ms: u64,
     },
+    /// Takes MEBIBYTES of memory (each page written, so the kernel really gives it), a mebibyte at a time, printing
+    /// how far it got; then sleeps until stopped.
+    Allocate {
+        #[arg(long, value_name = "MEBIBYTES")]
+        mebibytes: usize,
+    },
     /// Prints files and environment variables, then sleeps until stopped.
     Cat {
         files: Vec<PathBuf>,
@@ -44,6 +50,18 @@ pub async fn run(which: Debug) -> anyhow::Result<()> {
             println!("exiting with code {code} after {after_ms} ms");
             tokio::time::sleep(Duration::from_millis(after_ms)).await;
             std::process::exit(code);
+        }
+        Debug::Allocate { mebibytes } => {
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            for taken in 1..=mebibytes {
+                held.push(vec![1u8; 1 << 20]);
+                if taken % 16 == 0 || taken == mebibytes {
+                    println!("holding {taken} MiB");
+                }
+            }
+            super::shutdown_signal().await;
+            drop(held);
+            Ok(())
         }
         Debug::Cat { files, env } => {
             for file in &files {

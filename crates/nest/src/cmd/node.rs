@@ -60,6 +60,9 @@ pub struct Args {
     /// The first back-off before restarting a container that keeps crashing, in seconds (it doubles up to 300).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     crash_backoff_seconds: u64,
+    /// The OCI runtime every container of the process runtime runs in (runc, or one with its command line).
+    #[arg(long, value_name = "EXECUTABLE", default_value = "runc")]
+    oci_runtime: PathBuf,
 }
 
 /// The kubelet API's certificates for node `options`, from `--ca-dir` or `--tls-cert-file`; `ca_pem` (from the
@@ -90,6 +93,7 @@ fn options(args: &Args, i: u8) -> nest_node::Options {
     let defaults = std::mem::take(&mut options.process.allowlist.entries);
     options.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
     options.process.crash_backoff = Duration::from_secs(args.crash_backoff_seconds);
+    options.process.oci_runtime = args.oci_runtime.clone();
     if let Some(cidr) = &args.pod_cidr {
         options.pod_cidr = nth_range(cidr, i).unwrap_or_else(|| cidr.clone());
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod management;
+pub mod up;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;

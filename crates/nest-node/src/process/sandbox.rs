@@ -1,0 +1,957 @@
+//! Sandboxes: every container of a process pod runs through an OCI runtime (`runc`, or another with runc's command
+//! line, such as `crun`), never as a bare process of the host.
+//!
+//! - **Namespaces.** Each container gets its own user, mount, PID, IPC, UTS and cgroup namespaces. It shares the
+//!   node's network namespace, where it listens on its pod's own loopback address (see ARCHITECTURE.md, "Network
+//!   model").
+//! - **Users.** The pods of one namespace map container users 0–65535 onto a range of host users of their own,
+//!   allocated by this node and kept in `<data>/users`: root in a container is an unprivileged user of the host, and
+//!   two namespaces never share a host user. `runAsUser`, `runAsGroup`, `fsGroup` and `supplementalGroups` choose
+//!   the user inside the range.
+//! - **Files.** The root filesystem is read-only: the host's `/usr` (and the `/bin`, `/lib` … links or directories
+//!   beside it), a generated `/etc` (users, hosts, resolver), the node's allowlisted executables at their own paths,
+//!   and nothing else of the host. `/proc`, `/dev`, `/dev/shm` and `/tmp` are the container's own. Volumes are bind
+//!   mounts of the pod's directories (ConfigMap, Secret, downward API and projected volumes always read-only).
+//! - **Privileges.** No capability beyond Pod Security "baseline" (and those only in the container's user namespace),
+//!   `no_new_privs`, a seccomp filter refusing what Kubernetes' `RuntimeDefault` refuses (mounts, namespaces, kernel
+//!   modules, keyrings, BPF, `io_uring`, …), and cgroup limits: `resources.limits` memory and CPU, and at most
+//!   [`PIDS_LIMIT`] processes. A pod asking for more (`privileged`, host namespaces, more capabilities, another
+//!   seccomp profile) is refused with a reason, not started weaker than it asked.
+//! - **Lifetime.** The container's first process is nest's own init ([`super::init`], `/.nest/init`): it forwards
+//!   signals to the container's program, reaps orphans and dies with the OCI runtime, which dies with the node, so no
+//!   container outlives its node. A container killed for memory is reported `OOMKilled`.
+//!
+//! Bundles live in `/run/nest/sandboxes/<node>/<pod uid>/<container>/` (their directories must be reachable by the
+//! container's root, which the 0700 data directory is not); the runtime's state in `<data>/runc`.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, SecurityContext};
+use kube::ResourceExt;
+use oci_spec::runtime::{
+    Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxDeviceCgroupBuilder,
+    LinuxIdMappingBuilder, LinuxMemoryBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, LinuxPidsBuilder,
+    LinuxResourcesBuilder, LinuxSeccompAction, LinuxSeccompArgBuilder, LinuxSeccompBuilder, LinuxSeccompOperator,
+    LinuxSyscallBuilder, Mount, MountBuilder, PosixRlimitBuilder, PosixRlimitType, ProcessBuilder, RootBuilder,
+    SpecBuilder, UserBuilder,
+};
+
+use super::prepare::{Launch, PrepareError};
+
+/// Where the node's init is mounted in every container.
+pub const INIT_PATH: &str = "/.nest/init";
+/// Container users and groups a namespace's range holds (0–65535, as Kubernetes' user namespaces).
+pub const RANGE: u32 = 65536;
+/// The first range starts at host user `FIRST_RANGE × RANGE` (1,048,576), above any user a distribution allocates.
+const FIRST_RANGE: u32 = 16;
+/// The most processes (and threads) one container may have: a fork bomb stops there.
+pub const PIDS_LIMIT: i64 = 4096;
+/// The `PATH` of a container that does not set one (the usual image default).
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Where bundles live: a root-owned directory whose path every container's root may walk.
+const BUNDLES: &str = "/run/nest/sandboxes";
+
+/// The capabilities Pod Security "baseline" lets a container keep or add, and what a container gets unless it drops
+/// them (containerd's defaults, without `NET_RAW`, which baseline does not allow).
+pub const BASELINE_CAPABILITIES: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// System calls the seccomp filter refuses with `EPERM`: those Kubernetes' `RuntimeDefault` (the runtimes' default
+/// profiles) does not allow an unprivileged container, by name. Names the host's libseccomp does not know are skipped
+/// by the runtime.
+const REFUSED_SYSCALLS: &[&str] = &[
+    "acct",
+    "add_key",
+    "bpf",
+    "clock_adjtime",
+    "clock_settime",
+    "create_module",
+    "delete_module",
+    "finit_module",
+    "fsconfig",
+    "fsmount",
+    "fsopen",
+    "fspick",
+    "get_kernel_syms",
+    "init_module",
+    "io_uring_enter",
+    "io_uring_register",
+    "io_uring_setup",
+    "ioperm",
+    "iopl",
+    "kcmp",
+    "kexec_file_load",
+    "kexec_load",
+    "keyctl",
+    "lookup_dcookie",
+    "mount",
+    "mount_setattr",
+    "move_mount",
+    "name_to_handle_at",
+    "nfsservctl",
+    "open_by_handle_at",
+    "open_tree",
+    "perf_event_open",
+    "pivot_root",
+    "query_module",
+    "quotactl",
+    "quotactl_fd",
+    "reboot",
+    "request_key",
+    "setns",
+    "settimeofday",
+    "stime",
+    "swapoff",
+    "swapon",
+    "sysfs",
+    "_sysctl",
+    "syslog",
+    "umount",
+    "umount2",
+    "unshare",
+    "uselib",
+    "userfaultfd",
+    "ustat",
+    "vm86",
+    "vm86old",
+];
+
+/// `clone` flags that make namespaces: refused, as `unshare` and `setns` are.
+const NAMESPACE_FLAGS: &[u64] = &[
+    0x0002_0000, // CLONE_NEWNS
+    0x0200_0000, // CLONE_NEWCGROUP
+    0x0400_0000, // CLONE_NEWUTS
+    0x0800_0000, // CLONE_NEWIPC
+    0x1000_0000, // CLONE_NEWUSER
+    0x2000_0000, // CLONE_NEWPID
+    0x4000_0000, // CLONE_NEWNET
+];
+
+/// The node's sandboxes: the OCI runtime, where bundles and state live, and the user ranges handed out.
+pub struct Sandboxes {
+    runtime: PathBuf,
+    /// `--root` of the runtime: `<data>/runc`.
+    state: PathBuf,
+    /// `/run/nest/sandboxes/<node>`.
+    bundles: PathBuf,
+    /// The cgroup (relative to each hierarchy's root) every container of this node is beneath: `nest/<node>`.
+    cgroups: PathBuf,
+    /// The node's own binary, mounted as every container's init.
+    init: PathBuf,
+    /// The allowlisted executables, mounted into every container (so exec probes can run them too).
+    programs: Vec<PathBuf>,
+    users: Mutex<Users>,
+}
+
+/// Namespace → range number, as `<data>/users` keeps them.
+struct Users {
+    file: PathBuf,
+    ranges: BTreeMap<String, u32>,
+}
+
+impl Users {
+    fn load(file: PathBuf) -> Users {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let ranges = text
+            .lines()
+            .filter_map(|line| {
+                let (namespace, range) = line.split_once(' ')?;
+                Some((namespace.to_string(), range.parse().ok()?))
+            })
+            .collect();
+        Users { file, ranges }
+    }
+
+    /// The first host user of `namespace`'s range, handing out the next free range on first use.
+    fn base(&mut self, namespace: &str) -> Result<u32, PrepareError> {
+        if let Some(range) = self.ranges.get(namespace) {
+            return Ok(range * RANGE);
+        }
+        let used: std::collections::BTreeSet<u32> = self.ranges.values().copied().collect();
+        let range = (FIRST_RANGE..u32::MAX / RANGE)
+            .find(|r| !used.contains(r))
+            .ok_or_else(|| PrepareError::Config("this node has no user range left".into()))?;
+        self.ranges.insert(namespace.to_string(), range);
+        let text: String = self.ranges.iter().map(|(n, r)| format!("{n} {r}\n")).collect();
+        super::paths::write_beneath(
+            self.file.parent().unwrap_or(Path::new("/")),
+            Path::new(self.file.file_name().unwrap_or_default()),
+            text.as_bytes(),
+        )?;
+        Ok(range * RANGE)
+    }
+}
+
+/// A failure to set sandboxes up, worded as one line for whoever starts the node.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(String);
+
+/// One container's sandbox, ready to run (again, after each exit).
+#[derive(Debug)]
+pub struct Sandboxed {
+    /// The runtime's container ID: `<pod uid>-<container>`.
+    pub id: String,
+    bundle: PathBuf,
+    runtime: PathBuf,
+    state: PathBuf,
+    /// The container's cgroup, relative to each hierarchy's root.
+    cgroup: PathBuf,
+    /// The allowlisted executables: their file name → their path in the container.
+    programs: Vec<PathBuf>,
+}
+
+impl Sandboxes {
+    /// The sandboxes of the node keeping its files in `data_dir`, with the OCI runtime `runtime` (looked up on `PATH`
+    /// when it has no `/`). Fails, in one line, when the runtime is missing or cannot work here. Containers an earlier
+    /// run of this node left are removed.
+    pub fn new(data_dir: &Path, runtime: &Path, init: &Path, programs: Vec<PathBuf>) -> Result<Sandboxes, Unavailable> {
+        let works = std::process::Command::new(runtime)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !works {
+            return Err(Unavailable(format!(
+                "the process runtime runs every pod in a sandbox through an OCI runtime, and {:?} does not run: \
+                 install runc (Debian and Ubuntu: apt-get install runc) or pass another with --oci-runtime",
+                runtime.display().to_string()
+            )));
+        }
+        // SAFETY: geteuid(2) cannot fail and touches no memory.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(Unavailable(
+                "the process runtime must run as root: it gives each pod's users a range of host users of their own"
+                    .into(),
+            ));
+        }
+        let tag = format!("{:08x}", crc32fast::hash(data_dir.as_os_str().as_encoded_bytes()));
+        let sandboxes = Sandboxes {
+            runtime: runtime.to_path_buf(),
+            state: data_dir.join("runc"),
+            bundles: Path::new(BUNDLES).join(&tag),
+            cgroups: Path::new("nest").join(&tag),
+            init: init.to_path_buf(),
+            programs,
+            users: Mutex::new(Users::load(data_dir.join("users"))),
+        };
+        let unavailable = |what: &Path, e: std::io::Error| Unavailable(format!("preparing {}: {e}", what.display()));
+        for dir in [Path::new("/run/nest"), Path::new(BUNDLES), &sandboxes.bundles] {
+            create_dir(dir, 0o711).map_err(|e| unavailable(dir, e))?;
+        }
+        create_dir(&sandboxes.state, 0o700).map_err(|e| unavailable(&sandboxes.state, e))?;
+        sandboxes.remove_leftovers();
+        Ok(sandboxes)
+    }
+
+    fn runtime_command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(&self.runtime);
+        command.arg("--root").arg(&self.state);
+        command
+    }
+
+    /// Removes every container, bundle and cgroup of this node: none runs when it starts.
+    fn remove_leftovers(&self) {
+        let listed = self.runtime_command().args(["list", "--quiet"]).output();
+        for id in listed.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default().lines() {
+            tracing::info!(id, "removing a container left by an earlier run of this node");
+            let _ = self.runtime_command().args(["delete", "--force", id]).output();
+        }
+        if let Ok(entries) = std::fs::read_dir(&self.bundles) {
+            for entry in entries.flatten() {
+                let uid = entry.file_name().to_string_lossy().into_owned();
+                self.remove_pod(&uid);
+            }
+        }
+    }
+
+    /// Forgets pod `uid`'s bundles and cgroups (its containers have been deleted when they exited).
+    pub fn remove_pod(&self, uid: &str) {
+        let _ = std::fs::remove_dir_all(self.bundles.join(uid));
+        for hierarchy in cgroup_hierarchies() {
+            let pod = hierarchy.join(&self.cgroups).join(uid);
+            for child in std::fs::read_dir(&pod).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_dir(child.path());
+            }
+            let _ = std::fs::remove_dir(&pod);
+        }
+    }
+
+    /// The first host user of the range of the pod's namespace.
+    pub fn base(&self, pod: &Pod) -> Result<u32, PrepareError> {
+        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        users.base(&pod.namespace().unwrap_or_default())
+    }
+
+    /// Gives the pod's volumes to its users (host users of `base`'s range): the volume files the node wrote become the
+    /// pod user's (`runAsUser` of the pod, else root of the container), group `fsGroup` (readable by the group) or
+    /// the user's group; an emptyDir's or claim's own directory too, but not what the pod's processes left in it.
+    pub fn own_volumes(&self, pod: &Pod, pod_dir: &Path, claims: &[PathBuf], base: u32) -> std::io::Result<()> {
+        let context = pod.spec.as_ref().and_then(|s| s.security_context.clone()).unwrap_or_default();
+        let uid = base + u32::try_from(context.run_as_user.unwrap_or(0)).unwrap_or(0).min(RANGE - 1);
+        let fs_group = context.fs_group.and_then(|g| u32::try_from(g).ok()).filter(|g| *g < RANGE);
+        let gid =
+            base + fs_group.or(context.run_as_group.and_then(|g| u32::try_from(g).ok())).unwrap_or(0).min(RANGE - 1);
+        let group_reads = fs_group.is_some();
+        let volumes = pod_dir.join("volumes");
+        own(&volumes, uid, gid, group_reads, true)?;
+        for claim in claims {
+            // A claim's files stay whose they are; only a directory just made by the node (root's) is given away.
+            if std::fs::symlink_metadata(claim).is_ok_and(|m| m.is_dir() && m.uid() == 0) {
+                own(claim, uid, gid, group_reads, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the bundle of `container` (index `index` of the pod's init containers and containers), whose process is
+    /// `launch`, and checks what it asks of its sandbox: what a sandbox cannot give is a `CreateContainerConfigError`.
+    pub fn prepare(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        launch: &Launch,
+        pod_ip: &str,
+        base: u32,
+    ) -> Result<Sandboxed, PrepareError> {
+        let uid = pod.uid().unwrap_or_default();
+        let name = super::paths::name(&container.name, "container name")?;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let pod_context = spec.security_context.clone().unwrap_or_default();
+        let context = container.security_context.clone().unwrap_or_default();
+        refuse_privileges(&spec, &pod_context, &context)?;
+        let user = user(&pod_context, &context, base)?;
+        let capabilities = capabilities(&context)?;
+
+        let bundle = self.bundles.join(super::paths::name(&uid, "pod uid")?).join(name);
+        let _ = std::fs::remove_dir_all(&bundle);
+        create_dir(bundle.parent().unwrap_or(&bundle), 0o711)?;
+        create_dir(&bundle, 0o711)?;
+        let rootfs = bundle.join("rootfs");
+        let hostname = hostname(pod);
+        let mut mounts = root_filesystem(&rootfs, base, pod_ip, &hostname)?;
+        mounts.push(bind(&self.init, Path::new(INIT_PATH), true)?);
+        let mut in_container = Vec::new();
+        for program in &self.programs {
+            let at = self.mount_program(program, &mut mounts)?;
+            in_container.push(at);
+        }
+        // A program of the container's own, not on the allowlist (none today), is mounted the same way.
+        let program = self.mount_program(&launch.program, &mut mounts)?;
+        let mut volumes = launch.mounts.clone();
+        // Parents before what is mounted beneath them.
+        volumes.sort_by_key(|m| Path::new(&m.path).components().count());
+        for volume in &volumes {
+            let at = mount_path(&volume.path)?;
+            mounts.push(bind(&volume.dir, &at, volume.read_only)?);
+        }
+
+        let mut env: Vec<String> = launch.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if !launch.env.iter().any(|(k, _)| k == "PATH") {
+            env.push(format!("PATH={DEFAULT_PATH}"));
+        }
+        let mut args = vec![INIT_PATH.to_string(), program.display().to_string()];
+        args.extend(launch.args.iter().cloned());
+        let cwd = launch.working_dir.clone().unwrap_or_else(|| "/".into());
+        let cgroup = self.cgroups.join(&uid).join(name);
+        let files = open_files_limit();
+        let config = || -> Result<oci_spec::runtime::Spec, oci_spec::OciSpecError> {
+            let caps: oci_spec::runtime::Capabilities = capabilities.iter().copied().collect();
+            let process = ProcessBuilder::default()
+                .terminal(false)
+                .user(user.clone())
+                .args(args.clone())
+                .env(env.clone())
+                .cwd(cwd.clone())
+                .no_new_privileges(true)
+                .capabilities(
+                    LinuxCapabilitiesBuilder::default()
+                        .bounding(caps.clone())
+                        .effective(caps.clone())
+                        .permitted(caps)
+                        .inheritable(oci_spec::runtime::Capabilities::new())
+                        .ambient(oci_spec::runtime::Capabilities::new())
+                        .build()?,
+                )
+                .rlimits(vec![
+                    PosixRlimitBuilder::default().typ(PosixRlimitType::RlimitNofile).hard(files).soft(files).build()?,
+                ])
+                .build()?;
+            let namespaces = [
+                LinuxNamespaceType::User,
+                LinuxNamespaceType::Mount,
+                LinuxNamespaceType::Pid,
+                LinuxNamespaceType::Ipc,
+                LinuxNamespaceType::Uts,
+                LinuxNamespaceType::Cgroup,
+            ]
+            .into_iter()
+            .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
+            .collect::<Result<Vec<_>, _>>()?;
+            let mapping = LinuxIdMappingBuilder::default().container_id(0u32).host_id(base).size(RANGE).build()?;
+            let linux = LinuxBuilder::default()
+                .namespaces(namespaces)
+                .uid_mappings(vec![mapping])
+                .gid_mappings(vec![mapping])
+                .cgroups_path(PathBuf::from("/").join(&cgroup))
+                .resources(resources(container)?)
+                .seccomp(seccomp()?)
+                .masked_paths(oci_spec::runtime::get_default_maskedpaths())
+                .readonly_paths(oci_spec::runtime::get_default_readonly_paths())
+                .build()?;
+            SpecBuilder::default()
+                .version("1.0.2")
+                .root(RootBuilder::default().path("rootfs").readonly(true).build()?)
+                .hostname(hostname.clone())
+                .mounts(mounts.clone())
+                .process(process)
+                .linux(linux)
+                .build()
+        };
+        let config = config().map_err(|e| PrepareError::Config(format!("the container's sandbox: {e}")))?;
+        let text = serde_json::to_vec(&config).map_err(|e| PrepareError::Config(e.to_string()))?;
+        super::paths::write_beneath(&bundle, Path::new("config.json"), &text)?;
+        Ok(Sandboxed {
+            id: format!("{uid}-{name}"),
+            bundle,
+            runtime: self.runtime.clone(),
+            state: self.state.clone(),
+            cgroup,
+            programs: in_container,
+        })
+    }
+
+    /// Mounts `program` (a host executable) read-only at its own path, unless the system directories bring it
+    /// already; returns its path in the container.
+    fn mount_program(&self, program: &Path, mounts: &mut Vec<Mount>) -> Result<PathBuf, PrepareError> {
+        let real = std::fs::canonicalize(program)
+            .map_err(|e| PrepareError::Config(format!("the executable {}: {e}", program.display())))?;
+        if real.starts_with("/usr/") {
+            return Ok(program.to_path_buf());
+        }
+        let at = program.to_path_buf();
+        if !mounts.iter().any(|m| m.destination() == &at) {
+            mounts.push(bind(&real, &at, true)?);
+        }
+        Ok(at)
+    }
+}
+
+impl Sandboxed {
+    fn runtime_command(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(&self.runtime);
+        command.arg("--root").arg(&self.state);
+        command
+    }
+
+    /// The runtime's process running the container once (it ends when the container does): its output is the
+    /// container's, its exit status the container's. The container's own first process is written to
+    /// [`Sandboxed::pid_file`].
+    pub fn run(&self) -> tokio::process::Command {
+        let _ = std::fs::remove_file(self.pid_file());
+        let _ = std::fs::remove_file(self.bundle.join("runtime.log"));
+        let mut command = self.runtime_command();
+        command
+            .arg("--log")
+            .arg(self.bundle.join("runtime.log"))
+            .args(["--log-format", "json", "run", "--keep", "--bundle"])
+            .arg(&self.bundle)
+            .arg("--pid-file")
+            .arg(self.pid_file())
+            .arg(&self.id);
+        command
+    }
+
+    /// Where the runtime writes the host process ID of the container's first process.
+    pub fn pid_file(&self) -> PathBuf {
+        self.bundle.join("pid")
+    }
+
+    /// The container's first process, once the runtime has written it.
+    pub fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.pid_file()).ok()?.trim().parse().ok()
+    }
+
+    /// Why the runtime failed to start the container: the last error it logged.
+    pub fn failure(&self) -> Option<String> {
+        let log = std::fs::read_to_string(self.bundle.join("runtime.log")).ok()?;
+        log.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|entry| matches!(entry["level"].as_str(), Some("error" | "fatal")))
+            .filter_map(|entry| entry["msg"].as_str().map(str::to_string))
+            .next_back()
+    }
+
+    /// After the container exited: whether the kernel killed it for memory; then the runtime forgets it (killing
+    /// whatever of it is left).
+    pub async fn finish(&self) -> bool {
+        let oom = cgroup_hierarchies().iter().any(|hierarchy| {
+            let dir = hierarchy.join(&self.cgroup);
+            ["memory.oom_control", "memory.events"].iter().any(|file| {
+                std::fs::read_to_string(dir.join(file)).unwrap_or_default().lines().any(|line| {
+                    line.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0)
+                })
+            })
+        });
+        let _ = self.runtime_command().args(["delete", "--force"]).arg(&self.id).output().await;
+        oom
+    }
+
+    /// A command run inside the running container, as its own process is (user, environment, namespaces, limits):
+    /// for exec probes. A first word naming an allowlisted executable by file name runs that executable.
+    pub fn exec(&self, command: &[String]) -> tokio::process::Command {
+        let mut args = command.to_vec();
+        if let Some(first) = args.first_mut()
+            && !first.contains('/')
+            && let Some(program) = self.programs.iter().find(|p| p.file_name().is_some_and(|n| n == first.as_str()))
+        {
+            *first = program.display().to_string();
+        }
+        let mut run = self.runtime_command();
+        run.args(["exec", &self.id]).args(args);
+        run
+    }
+}
+
+/// The roots of the cgroup hierarchies the runtime makes a container's cgroup in: each v1 hierarchy, or the one v2
+/// hierarchy.
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        return vec![root.to_path_buf()];
+    }
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// The node's own hard limit of open files: what every container gets (a user namespace cannot raise it).
+fn open_files_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit(2) writes only the struct it is given.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    if got == 0 { limit.rlim_max } else { 1024 }
+}
+
+/// Makes `dir` (if missing) with exactly `mode`, whatever the umask.
+fn create_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
+/// Gives `path` to `uid`:`gid` (0600/0700, or 0640/0750 when the group reads), everything beneath it too when
+/// `deep`; symbolic links are neither followed nor changed.
+fn own(path: &Path, uid: u32, gid: u32, group_reads: bool, deep: bool) -> std::io::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
+    let mode = match (meta.is_dir(), group_reads) {
+        (true, false) => 0o700,
+        (true, true) => 0o750,
+        (false, false) => 0o600,
+        (false, true) => 0o640,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    if deep && meta.is_dir() {
+        for entry in std::fs::read_dir(path)?.flatten() {
+            own(&entry.path(), uid, gid, group_reads, true)?;
+        }
+    }
+    Ok(())
+}
+
+/// A bind mount of host `source` at `destination`, never with set-user-ID programs or devices.
+fn bind(source: &Path, destination: &Path, read_only: bool) -> Result<Mount, PrepareError> {
+    let mut options = vec!["rbind".to_string(), "nosuid".into(), "nodev".into()];
+    options.push(if read_only { "ro" } else { "rw" }.into());
+    mount("bind", source, destination, options)
+}
+
+fn mount(typ: &str, source: &Path, destination: &Path, options: Vec<String>) -> Result<Mount, PrepareError> {
+    MountBuilder::default()
+        .typ(typ)
+        .source(source)
+        .destination(destination)
+        .options(options)
+        .build()
+        .map_err(|e| PrepareError::Config(format!("mounting {}: {e}", destination.display())))
+}
+
+/// A volume's `mountPath` as a path in the container: absolute, without `..`, and not where the sandbox keeps its
+/// own (`/proc`, `/sys`, `/dev`, `/.nest`, or `/` itself).
+fn mount_path(path: &str) -> Result<PathBuf, PrepareError> {
+    let refuse = |why: &str| Err(PrepareError::Config(format!("volumeMounts mountPath {path:?} {why}")));
+    let at = Path::new(path);
+    if !at.is_absolute() || path.contains('\0') {
+        return refuse("must be an absolute path");
+    }
+    if at.components().any(|c| c == Component::ParentDir) {
+        return refuse("must not contain '..'");
+    }
+    let first = at.components().find_map(|c| match c {
+        Component::Normal(name) => Some(name.to_string_lossy().into_owned()),
+        _ => None,
+    });
+    match first.as_deref() {
+        None => refuse("must not be the root directory"),
+        Some("proc" | "sys" | ".nest") => refuse("is reserved for the container's sandbox"),
+        Some("dev") if at.components().count() == 2 => refuse("is reserved for the container's sandbox"),
+        _ => Ok(at.to_path_buf()),
+    }
+}
+
+/// The host name of the pod's containers: `spec.hostname`, else the pod's name, cut to 63 characters.
+fn hostname(pod: &Pod) -> String {
+    let name = pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| pod.name_any());
+    let mut cut: String = name.chars().take(63).collect();
+    while cut.ends_with(['-', '.']) {
+        cut.pop();
+    }
+    cut
+}
+
+/// Writes a file of the root filesystem, readable by the container's users.
+fn write_public(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    file.write_all(contents)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))
+}
+
+/// Makes the container's root filesystem at `rootfs` (owned by the container's root, host user `base`) and returns
+/// the mounts that fill it: the host's system directories read-only, a generated `/etc`, and the container's own
+/// `/proc`, `/dev` and `/tmp`.
+fn root_filesystem(rootfs: &Path, base: u32, pod_ip: &str, hostname: &str) -> Result<Vec<Mount>, PrepareError> {
+    create_dir(rootfs, 0o755)?;
+    std::os::unix::fs::lchown(rootfs, Some(base), Some(base))?;
+    let options = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut mounts = vec![
+        mount("proc", Path::new("proc"), Path::new("/proc"), options(&["nosuid", "noexec", "nodev"]))?,
+        mount(
+            "tmpfs",
+            Path::new("tmpfs"),
+            Path::new("/dev"),
+            options(&["nosuid", "strictatime", "mode=755", "size=65536k"]),
+        )?,
+        mount(
+            "devpts",
+            Path::new("devpts"),
+            Path::new("/dev/pts"),
+            options(&["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]),
+        )?,
+        mount(
+            "tmpfs",
+            Path::new("shm"),
+            Path::new("/dev/shm"),
+            options(&["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]),
+        )?,
+        mount("mqueue", Path::new("mqueue"), Path::new("/dev/mqueue"), options(&["nosuid", "noexec", "nodev"]))?,
+        mount(
+            "tmpfs",
+            Path::new("tmpfs"),
+            Path::new("/tmp"),
+            options(&["nosuid", "nodev", "mode=1777", "size=65536k"]),
+        )?,
+        bind(Path::new("/usr"), Path::new("/usr"), true)?,
+    ];
+    // Merged-/usr systems link these into /usr; others have them as directories of their own.
+    for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+        let host = Path::new("/").join(name);
+        match std::fs::symlink_metadata(&host) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                std::os::unix::fs::symlink(std::fs::read_link(&host)?, rootfs.join(name))?;
+            }
+            Ok(meta) if meta.is_dir() => mounts.push(bind(&host, &host, true)?),
+            _ => {}
+        }
+    }
+    let etc = rootfs.join("etc");
+    create_dir(&etc, 0o755)?;
+    // The container's root makes mount points in it (/etc/ssl below).
+    std::os::unix::fs::lchown(&etc, Some(base), Some(base))?;
+    let resolver = std::fs::read("/etc/resolv.conf").unwrap_or_default();
+    let files: [(&str, Vec<u8>); 6] = [
+        (
+            "passwd",
+            b"root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+                .to_vec(),
+        ),
+        ("group", b"root:x:0:\nnogroup:x:65534:\n".to_vec()),
+        (
+            "hosts",
+            format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{pod_ip}\t{hostname}\n")
+                .into_bytes(),
+        ),
+        ("hostname", format!("{hostname}\n").into_bytes()),
+        ("resolv.conf", resolver),
+        ("nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files dns\n".to_vec()),
+    ];
+    for (name, contents) in files {
+        write_public(&etc.join(name), &contents)?;
+    }
+    for certificates in ["/etc/ssl/certs", "/etc/ca-certificates"] {
+        let host = Path::new(certificates);
+        if host.is_dir() {
+            mounts.push(bind(host, host, true)?);
+        }
+    }
+    Ok(mounts)
+}
+
+/// Refuses what no sandbox here gives: privileged containers, the host's namespaces, and seccomp profiles other than
+/// `RuntimeDefault` (which every container gets).
+fn refuse_privileges(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    pod: &PodSecurityContext,
+    container: &SecurityContext,
+) -> Result<(), PrepareError> {
+    let refuse = |what: &str| {
+        Err(PrepareError::Config(format!("{what}: this node runs every container in a sandbox and cannot give it")))
+    };
+    if container.privileged == Some(true) {
+        return refuse("privileged: true");
+    }
+    for (asked, what) in
+        [(spec.host_network, "hostNetwork: true"), (spec.host_pid, "hostPID: true"), (spec.host_ipc, "hostIPC: true")]
+    {
+        if asked == Some(true) {
+            return refuse(what);
+        }
+    }
+    if container.proc_mount.as_deref().is_some_and(|m| m != "Default") {
+        return refuse("procMount: Unmasked");
+    }
+    for profile in [&pod.seccomp_profile, &container.seccomp_profile].into_iter().flatten() {
+        if profile.type_ != "RuntimeDefault" {
+            return refuse(&format!("seccompProfile type {}", profile.type_));
+        }
+    }
+    Ok(())
+}
+
+/// The container's user inside its range: `runAsUser` and `runAsGroup` (the container's over the pod's, root by
+/// default), with `fsGroup` and `supplementalGroups` as further groups; `runAsNonRoot` refuses root.
+fn user(
+    pod: &PodSecurityContext,
+    container: &SecurityContext,
+    _base: u32,
+) -> Result<oci_spec::runtime::User, PrepareError> {
+    let within = |id: i64, what: &str| -> Result<u32, PrepareError> {
+        u32::try_from(id).ok().filter(|id| *id < RANGE).ok_or_else(|| {
+            PrepareError::Config(format!("{what} {id} is outside the container's users (0 to {})", RANGE - 1))
+        })
+    };
+    let uid = within(container.run_as_user.or(pod.run_as_user).unwrap_or(0), "runAsUser")?;
+    let gid = within(container.run_as_group.or(pod.run_as_group).unwrap_or(0), "runAsGroup")?;
+    if container.run_as_non_root.or(pod.run_as_non_root) == Some(true) && uid == 0 {
+        return Err(PrepareError::Config("container has runAsNonRoot and image will run as root".into()));
+    }
+    let mut groups = Vec::new();
+    for group in pod.fs_group.iter().chain(pod.supplemental_groups.iter().flatten()) {
+        groups.push(within(*group, "supplemental group")?);
+    }
+    UserBuilder::default()
+        .uid(uid)
+        .gid(gid)
+        .additional_gids(groups)
+        .build()
+        .map_err(|e| PrepareError::Config(e.to_string()))
+}
+
+/// The container's capabilities: baseline's defaults, minus `drop` (`ALL` drops every one), plus `add`, which may
+/// name only capabilities baseline allows.
+fn capabilities(context: &SecurityContext) -> Result<Vec<Capability>, PrepareError> {
+    let asked = context.capabilities.clone().unwrap_or_default();
+    let normal = |name: &str| name.trim_start_matches("CAP_").to_ascii_uppercase();
+    let drop: Vec<String> = asked.drop.iter().flatten().map(|n| normal(n)).collect();
+    let mut names: Vec<String> = if drop.iter().any(|d| d == "ALL") {
+        Vec::new()
+    } else {
+        BASELINE_CAPABILITIES.iter().map(|c| c.to_string()).filter(|c| !drop.contains(c)).collect()
+    };
+    for add in asked.add.iter().flatten() {
+        let name = normal(add);
+        if !BASELINE_CAPABILITIES.contains(&name.as_str()) {
+            return Err(PrepareError::Config(format!(
+                "capability {add} is not allowed on this node (Pod Security baseline allows {})",
+                BASELINE_CAPABILITIES.join(", ")
+            )));
+        }
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .iter()
+        .map(|name| name.parse::<Capability>().map_err(|_| PrepareError::Config(format!("capability {name}"))))
+        .collect()
+}
+
+/// cgroup limits from `resources.limits`: memory (without swap) and CPU as Kubernetes sets them, and the node's
+/// process limit.
+fn resources(container: &Container) -> Result<oci_spec::runtime::LinuxResources, oci_spec::OciSpecError> {
+    let limits = container.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default();
+    let mut resources = LinuxResourcesBuilder::default()
+        .devices(vec![LinuxDeviceCgroupBuilder::default().allow(false).access("rwm").build()?])
+        .pids(LinuxPidsBuilder::default().limit(PIDS_LIMIT).build()?);
+    if let Some(memory) = limits.get("memory") {
+        let bytes = nest_core::quantity::parse(&memory.0).max(0.0) as i64;
+        if bytes > 0 {
+            resources = resources.memory(LinuxMemoryBuilder::default().limit(bytes).swap(bytes).build()?);
+        }
+    }
+    if let Some(cpu) = limits.get("cpu") {
+        let period: u64 = 100_000;
+        let quota = (nest_core::quantity::parse(&cpu.0) * period as f64).ceil() as i64;
+        if quota > 0 {
+            resources = resources.cpu(LinuxCpuBuilder::default().quota(quota.max(1000)).period(period).build()?);
+        }
+    }
+    resources.build()
+}
+
+/// The seccomp filter: everything is allowed but [`REFUSED_SYSCALLS`], `clone` making namespaces (`EPERM`), and
+/// `clone3` (`ENOSYS`, so that C libraries fall back to `clone`, whose flags the filter can see).
+fn seccomp() -> Result<oci_spec::runtime::LinuxSeccomp, oci_spec::OciSpecError> {
+    let mut syscalls = vec![
+        LinuxSyscallBuilder::default()
+            .names(REFUSED_SYSCALLS.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .action(LinuxSeccompAction::ScmpActErrno)
+            .errno_ret(libc::EPERM as u32)
+            .build()?,
+        LinuxSyscallBuilder::default()
+            .names(vec!["clone3".to_string()])
+            .action(LinuxSeccompAction::ScmpActErrno)
+            .errno_ret(libc::ENOSYS as u32)
+            .build()?,
+    ];
+    for flag in NAMESPACE_FLAGS {
+        let arg = LinuxSeccompArgBuilder::default()
+            .index(0usize)
+            .value(*flag)
+            .value_two(*flag)
+            .op(LinuxSeccompOperator::ScmpCmpMaskedEq)
+            .build()?;
+        syscalls.push(
+            LinuxSyscallBuilder::default()
+                .names(vec!["clone".to_string()])
+                .action(LinuxSeccompAction::ScmpActErrno)
+                .errno_ret(libc::EPERM as u32)
+                .args(vec![arg])
+                .build()?,
+        );
+    }
+    LinuxSeccompBuilder::default().default_action(LinuxSeccompAction::ScmpActAllow).syscalls(syscalls).build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_are_baselines_less_what_is_dropped_and_nothing_beyond_it() {
+        let context = |add: &[&str], drop: &[&str]| -> SecurityContext {
+            serde_json::from_value(serde_json::json!({"capabilities": {"add": add, "drop": drop}})).unwrap()
+        };
+        let all = capabilities(&SecurityContext::default()).unwrap();
+        assert_eq!(all.len(), BASELINE_CAPABILITIES.len());
+        assert!(!all.contains(&Capability::NetRaw));
+        assert!(capabilities(&context(&[], &["ALL"])).unwrap().is_empty());
+        assert_eq!(capabilities(&context(&["NET_BIND_SERVICE"], &["ALL"])).unwrap(), vec![Capability::NetBindService]);
+        assert_eq!(capabilities(&context(&[], &["CAP_CHOWN"])).unwrap().len(), BASELINE_CAPABILITIES.len() - 1);
+        for beyond in ["SYS_ADMIN", "NET_RAW", "CAP_SYS_PTRACE", "BPF"] {
+            let error = capabilities(&context(&[beyond], &[])).unwrap_err().to_string();
+            assert!(error.contains(beyond), "{error}");
+        }
+    }
+
+    #[test]
+    fn users_stay_in_the_containers_range_and_run_as_non_root_refuses_root() {
+        let context = |value: serde_json::Value| -> SecurityContext { serde_json::from_value(value).unwrap() };
+        let pod: PodSecurityContext =
+            serde_json::from_value(serde_json::json!({"runAsUser": 1000, "fsGroup": 2000})).unwrap();
+        let user = user(&pod, &SecurityContext::default(), 0).unwrap();
+        assert_eq!((user.uid(), user.gid()), (1000, 0));
+        assert_eq!(user.additional_gids().clone().unwrap(), vec![2000]);
+        let own = user_of(&pod, &context(serde_json::json!({"runAsUser": 7, "runAsGroup": 8})));
+        assert_eq!(own, (7, 8), "the container's own setting wins");
+        for (value, field) in [
+            (serde_json::json!({"runAsUser": 65536}), "runAsUser"),
+            (serde_json::json!({"runAsGroup": -1}), "runAsGroup"),
+        ] {
+            let error = super::user(&PodSecurityContext::default(), &context(value), 0).unwrap_err().to_string();
+            assert!(error.contains(field), "{error}");
+        }
+        let error = super::user(&PodSecurityContext::default(), &context(serde_json::json!({"runAsNonRoot": true})), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("runAsNonRoot"), "{error}");
+    }
+
+    fn user_of(pod: &PodSecurityContext, container: &SecurityContext) -> (u32, u32) {
+        let user = user(pod, container, 0).unwrap();
+        (user.uid(), user.gid())
+    }
+
+    #[test]
+    fn mount_paths_stay_out_of_the_sandboxs_own_directories() {
+        assert_eq!(mount_path("/etc/config").unwrap(), PathBuf::from("/etc/config"));
+        assert_eq!(mount_path("/dev/termination-log").unwrap(), PathBuf::from("/dev/termination-log"));
+        for bad in ["relative", "/", "/proc", "/proc/sys", "/sys/fs", "/.nest/init", "/dev", "/a/../../etc", "/a\0b"] {
+            assert!(mount_path(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_missing_oci_runtime_is_one_line_saying_what_to_install() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = Sandboxes::new(dir.path(), Path::new("/nonexistent/runc"), Path::new("/bin/true"), Vec::new());
+        let error = missing.err().expect("no sandboxes without a runtime").to_string();
+        assert!(error.contains("apt-get install runc") && !error.contains('\n'), "{error}");
+    }
+
+    #[test]
+    fn user_ranges_are_one_per_namespace_kept_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut users = Users::load(dir.path().join("users"));
+        let a = users.base("a").unwrap();
+        let b = users.base("b").unwrap();
+        assert_eq!(a, FIRST_RANGE * RANGE);
+        assert_eq!(b, a + RANGE);
+        assert_eq!(users.base("a").unwrap(), a);
+        let mut again = Users::load(dir.path().join("users"));
+        assert_eq!((again.base("b").unwrap(), again.base("c").unwrap()), (b, b + RANGE));
+    }
+}

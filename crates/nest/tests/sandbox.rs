@@ -1,0 +1,183 @@
+//! Issue 17's escapes, tried on `nest up` from inside its demo tenant as the tenant's admin would: every pod that
+//! really runs runs in a sandbox (its own user, mount and PID namespaces, none of the host's files), a container over
+//! its memory limit is `OOMKilled` and restarted, paths that climb out of a volume are refused, and a "node" started
+//! inside a pod cannot start anything.
+//!
+//! Its own test binary: `nest up`'s node has fixed addresses, so no other `nest up` may run beside it.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::eventually;
+use common::up::{kubectl, processes_with, stop, up};
+
+fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
+    let out = kubectl(kubeconfig, cache, &[args, &["-o", "json"]].concat());
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// The pod's first container's status, in the tenant.
+fn container(kubeconfig: &Path, cache: &Path, pod: &str) -> serde_json::Value {
+    json(kubeconfig, cache, &["get", "pod", pod])["status"]["containerStatuses"][0].clone()
+}
+
+/// The namespaces (`/proc/<pid>/ns/<kind>` links) process `pid` is in.
+fn namespace(pid: &str, kind: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).map(|l| l.display().to_string()).unwrap_or_default()
+}
+
+#[test]
+fn a_tenant_admins_pods_run_in_sandboxes_that_keep_the_host_out_of_reach() {
+    let data = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let (child, _) = up(data.path());
+    let admin = data.path().join("admin.kubeconfig");
+    // The provider's CRDs and the demo tenant come a moment after nest up prints its instructions.
+    eventually(120, "the demo tenant Ready", || {
+        let args = ["wait", "nestedcontrolplane/demo", "--for=condition=Ready", "--timeout=10s"];
+        kubectl(&admin, cache.path(), &args).status.success()
+    });
+    let demo = cache.path().join("demo.kubeconfig");
+    let written = Command::new(env!("CARGO_BIN_EXE_nest"))
+        .args(["cluster", "kubeconfig", "demo"])
+        .env("KUBECONFIG", &admin)
+        .output()
+        .unwrap();
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    std::fs::write(&demo, &written.stdout).unwrap();
+
+    let marker = format!("sandbox-test-{}", std::process::id());
+    let host_files = [
+        "../../../../admin.kubeconfig".to_string(),
+        "../../../../pki/ca.key".to_string(),
+        "/etc/shadow".to_string(),
+        admin.display().to_string(),
+    ];
+    let manifest = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: thief}}
+spec:
+  containers:
+  - name: main
+    image: nest
+    args: [debug, cat, {files}, --env, {marker}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: hog}}
+spec:
+  containers:
+  - name: main
+    image: nest
+    args: [debug, allocate, --mebibytes, "512"]
+    resources: {{limits: {{memory: 64Mi}}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: bait}}
+data: {{k: planted}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: climber}}
+spec:
+  containers:
+  - {{name: main, image: nest, args: [debug, cat, /v/k], volumeMounts: [{{name: v, mountPath: /v}}]}}
+  volumes:
+  - {{name: v, configMap: {{name: bait, items: [{{key: k, path: ../../../../../../{marker}}}]}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: inner-node}}
+spec:
+  containers:
+  - name: main
+    image: nest
+    args: [node, --kubeconfig, /k/value, --name, fake, --runtime, process, --data-dir, /tmp/node,
+           --pod-cidr, 127.201.0.0/16, --kubelet-port, "0"]
+    volumeMounts: [{{name: k, mountPath: /k}}]
+  volumes: [{{name: k, secret: {{secretName: own-cluster}}}}]
+"#,
+        files = host_files.join(", ")
+    );
+    let file = cache.path().join("attacks.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let secret = kubectl(
+        &demo,
+        cache.path(),
+        &["create", "secret", "generic", "own-cluster", &format!("--from-file=value={}", demo.display())],
+    );
+    assert!(secret.status.success(), "{}", String::from_utf8_lossy(&secret.stderr));
+    let applied = kubectl(&demo, cache.path(), &["apply", "-f", &file.display().to_string()]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+
+    // The host's files are not in the sandbox, by any path.
+    let logs = |pod: &str| String::from_utf8_lossy(&kubectl(&demo, cache.path(), &["logs", pod]).stdout).to_string();
+    eventually(90, "thief's output", || logs("thief").contains(&format!("${marker}=")));
+    let printed = logs("thief");
+    for file in &host_files {
+        assert!(printed.contains(&format!("{file}: <No such file or directory")), "{file} was readable: {printed}");
+    }
+    // Its process, seen from the host: not root, and in namespaces of its own.
+    let pids = processes_with(&marker);
+    assert_eq!(pids.len(), 1, "thief's process: {pids:?}");
+    let pid = pids[0].to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let ids = |field: &str| -> Vec<u32> {
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+        line.split_whitespace().skip(1).map(|n| n.parse().unwrap()).collect()
+    };
+    assert!(ids("Uid:").iter().chain(&ids("Gid:")).all(|id| *id != 0), "thief runs as root on the host: {status}");
+    for kind in ["pid", "mnt", "user", "ipc", "uts"] {
+        assert_ne!(namespace(&pid, kind), namespace("self", kind), "thief shares the host's {kind} namespace");
+    }
+
+    // Over its memory limit: killed by the kernel, reported OOMKilled, restarted.
+    eventually(90, "hog OOMKilled and restarted", || {
+        let status = container(&demo, cache.path(), "hog");
+        status["lastState"]["terminated"]["reason"] == "OOMKilled" && status["restartCount"].as_i64() >= Some(1)
+    });
+    assert_eq!(container(&demo, cache.path(), "hog")["lastState"]["terminated"]["exitCode"], 137);
+
+    // A path climbing out of its volume: refused, and nothing written outside.
+    eventually(60, "climber refused", || {
+        let waiting = &container(&demo, cache.path(), "climber")["state"]["waiting"];
+        waiting["reason"] == "CreateContainerConfigError"
+            && waiting["message"].as_str().is_some_and(|m| m.contains("items[0].path"))
+    });
+    let mut escaped = Vec::new();
+    let mut dirs = vec![std::env::temp_dir(), data.path().to_path_buf(), "/run/nest".into()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().contains(&marker) {
+                escaped.push(entry.path());
+            }
+            let inside = entry.path().starts_with(data.path()) || entry.path().starts_with("/run/nest");
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && inside {
+                dirs.push(entry.path());
+            }
+        }
+    }
+    assert!(escaped.is_empty(), "files escaped their volume: {escaped:?}");
+
+    // A node run inside a pod, with the tenant's own admin kubeconfig: it cannot make sandboxes (no privileges, a
+    // read-only root filesystem), so it stops before it registers, and no pod can be given to it.
+    eventually(90, "the inner node failing", || {
+        let status = container(&demo, cache.path(), "inner-node");
+        status["restartCount"].as_i64() >= Some(1) || status["state"]["terminated"]["exitCode"].as_i64() > Some(0)
+    });
+    let previous = kubectl(&demo, cache.path(), &["logs", "inner-node", "--previous"]);
+    let said = String::from_utf8_lossy(&previous.stdout).to_string() + &logs("inner-node");
+    assert!(said.contains("/run/nest") || said.contains("OCI runtime"), "the inner node's last words: {said}");
+    let nodes = json(&demo, cache.path(), &["get", "nodes"]);
+    let names: Vec<&str> =
+        nodes["items"].as_array().unwrap().iter().filter_map(|n| n["metadata"]["name"].as_str()).collect();
+    assert_eq!(names, ["nest-node-0"], "a node from inside a pod registered");
+
+    assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
+    assert!(processes_with(&marker).is_empty(), "a sandboxed process outlived nest up");
+}
