@@ -11,17 +11,9 @@ use common::management::{control_plane, management, ready_condition, tenant, ten
 use common::{Server, eventually};
 use serde_json::Value;
 
-/// The pids of processes whose command line contains `needle`.
-fn pids_with(needle: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle) {
-            found.push(pid);
-        }
-    }
-    found
+/// The pids of processes whose command line contains `needle` (containers' programs, not their sandboxes' inits).
+fn pids_with(needle: &str) -> Vec<u32> {
+    common::up::processes_with(needle)
 }
 
 #[test]

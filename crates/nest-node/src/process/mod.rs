@@ -200,6 +200,7 @@ impl Runtime {
     pub async fn stop_all(&self, grace: Duration) {
         let runs: Vec<Arc<PodRun>> = self.pods().values().cloned().collect();
         futures_util::future::join_all(runs.iter().map(|run| run.stop_silently(grace))).await;
+        self.sandboxes.forget_all();
     }
 
     /// Restart counts of the pod's containers as last reported, so a restarted node keeps counting.

@@ -283,6 +283,20 @@ impl Sandboxes {
         }
     }
 
+    /// Forgets every bundle and cgroup of this node, once its containers have all stopped (the node is stopping;
+    /// it makes them again when it starts).
+    pub fn forget_all(&self) {
+        if let Ok(entries) = std::fs::read_dir(&self.bundles) {
+            for entry in entries.flatten() {
+                self.remove_pod(&entry.file_name().to_string_lossy());
+            }
+        }
+        let _ = std::fs::remove_dir(&self.bundles);
+        for hierarchy in cgroup_hierarchies() {
+            let _ = std::fs::remove_dir(hierarchy.join(&self.cgroups));
+        }
+    }
+
     /// Forgets pod `uid`'s bundles and cgroups (its containers have been deleted when they exited).
     pub fn remove_pod(&self, uid: &str) {
         let _ = std::fs::remove_dir_all(self.bundles.join(uid));
@@ -338,7 +352,7 @@ impl Sandboxes {
         let pod_context = spec.security_context.clone().unwrap_or_default();
         let context = container.security_context.clone().unwrap_or_default();
         refuse_privileges(&spec, &pod_context, &context)?;
-        let user = user(&pod_context, &context, base)?;
+        let user = user(&pod_context, &context)?;
         let capabilities = capabilities(&context)?;
 
         let bundle = self.bundles.join(super::paths::name(&uid, "pod uid")?).join(name);
@@ -763,11 +777,7 @@ fn refuse_privileges(
 
 /// The container's user inside its range: `runAsUser` and `runAsGroup` (the container's over the pod's, root by
 /// default), with `fsGroup` and `supplementalGroups` as further groups; `runAsNonRoot` refuses root.
-fn user(
-    pod: &PodSecurityContext,
-    container: &SecurityContext,
-    _base: u32,
-) -> Result<oci_spec::runtime::User, PrepareError> {
+fn user(pod: &PodSecurityContext, container: &SecurityContext) -> Result<oci_spec::runtime::User, PrepareError> {
     let within = |id: i64, what: &str| -> Result<u32, PrepareError> {
         u32::try_from(id).ok().filter(|id| *id < RANGE).ok_or_else(|| {
             PrepareError::Config(format!("{what} {id} is outside the container's users (0 to {})", RANGE - 1))
@@ -902,7 +912,7 @@ mod tests {
         let context = |value: serde_json::Value| -> SecurityContext { serde_json::from_value(value).unwrap() };
         let pod: PodSecurityContext =
             serde_json::from_value(serde_json::json!({"runAsUser": 1000, "fsGroup": 2000})).unwrap();
-        let user = user(&pod, &SecurityContext::default(), 0).unwrap();
+        let user = user(&pod, &SecurityContext::default()).unwrap();
         assert_eq!((user.uid(), user.gid()), (1000, 0));
         assert_eq!(user.additional_gids().clone().unwrap(), vec![2000]);
         let own = user_of(&pod, &context(serde_json::json!({"runAsUser": 7, "runAsGroup": 8})));
@@ -911,17 +921,17 @@ mod tests {
             (serde_json::json!({"runAsUser": 65536}), "runAsUser"),
             (serde_json::json!({"runAsGroup": -1}), "runAsGroup"),
         ] {
-            let error = super::user(&PodSecurityContext::default(), &context(value), 0).unwrap_err().to_string();
+            let error = super::user(&PodSecurityContext::default(), &context(value)).unwrap_err().to_string();
             assert!(error.contains(field), "{error}");
         }
-        let error = super::user(&PodSecurityContext::default(), &context(serde_json::json!({"runAsNonRoot": true})), 0)
+        let error = super::user(&PodSecurityContext::default(), &context(serde_json::json!({"runAsNonRoot": true})))
             .unwrap_err()
             .to_string();
         assert!(error.contains("runAsNonRoot"), "{error}");
     }
 
     fn user_of(pod: &PodSecurityContext, container: &SecurityContext) -> (u32, u32) {
-        let user = user(pod, container, 0).unwrap();
+        let user = user(pod, container).unwrap();
         (user.uid(), user.gid())
     }
 

@@ -44,17 +44,29 @@ fn field_mib(path: &str, field: &str) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// The memory of the processes whose command line contains `needle`, summed.
+/// The memory of the processes whose command line contains `needle`, summed, with what their sandboxes cost: the
+/// init each sandbox starts them with (its command line names them too) and the OCI runtime's process above it.
 fn memory_of(needle: &str) -> Memory {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Memory::default() };
     let mut total = Memory::default();
+    let mut add = |pid: u32| {
+        total.rss += rss_mib(pid).unwrap_or(0.0);
+        total.pss += field_mib(&format!("/proc/{pid}/smaps_rollup"), "Pss:").unwrap_or(0.0);
+        total.anon += field_mib(&format!("/proc/{pid}/status"), "RssAnon:").unwrap_or(0.0);
+    };
     for entry in entries.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle) {
-            total.rss += rss_mib(pid).unwrap_or(0.0);
-            total.pss += field_mib(&format!("/proc/{pid}/smaps_rollup"), "Pss:").unwrap_or(0.0);
-            total.anon += field_mib(&format!("/proc/{pid}/status"), "RssAnon:").unwrap_or(0.0);
+        let cmdline = String::from_utf8_lossy(&std::fs::read(entry.path().join("cmdline")).unwrap_or_default())
+            .replace('\0', " ");
+        if cmdline.contains(needle) {
+            add(pid);
+            if cmdline.starts_with(nest_node::process::sandbox::INIT_PATH) {
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                let parent = status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|p| p.trim().parse().ok());
+                if let Some(runtime) = parent {
+                    add(runtime);
+                }
+            }
         }
     }
     total
