@@ -194,15 +194,30 @@ async fn reconcile_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> ku
     }
 }
 
+/// The Pod Security level every tenant's super namespace enforces: a management cluster running kube-apiserver (or
+/// nest's, once it admits by these labels) refuses a tenant pod that asks for host namespaces, privileges or
+/// capabilities beyond it, whatever the tenant's own cluster allowed.
+pub(crate) const POD_SECURITY_LEVEL: &str = "baseline";
+
 async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube::Result<()> {
     let super_name = names::super_namespace(&tenant.key, name);
-    if syncer.super_namespaces.get(&ObjectRef::new(&super_name)).is_some() {
+    if let Some(existing) = syncer.super_namespaces.get(&ObjectRef::new(&super_name)) {
+        // A namespace of that name that is not this tenant's is never used: its objects are someone else's.
+        if existing.labels().get(TENANT_LABEL) != Some(&tenant.key) {
+            return Err(not_ours(&super_name));
+        }
         return Ok(());
+    }
+    let mut labels: std::collections::BTreeMap<String, String> =
+        [(TENANT_LABEL.to_string(), tenant.key.clone())].into();
+    for mode in ["enforce", "audit", "warn"] {
+        labels.insert(format!("pod-security.kubernetes.io/{mode}"), POD_SECURITY_LEVEL.into());
+        labels.insert(format!("pod-security.kubernetes.io/{mode}-version"), "latest".into());
     }
     let namespace = Namespace {
         metadata: ObjectMeta {
-            name: Some(super_name),
-            labels: Some([(TENANT_LABEL.to_string(), tenant.key.clone())].into()),
+            name: Some(super_name.clone()),
+            labels: Some(labels),
             annotations: Some(
                 [
                     (TENANT_NAMESPACE.to_string(), name.to_string()),
@@ -217,9 +232,20 @@ async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube:
     let api: Api<Namespace> = Api::all(syncer.super_client.clone());
     match api.create(&PostParams::default(), &namespace).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        // Made since the store was filled, by this syncer or by someone else (the store holds only tenants').
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let existing = api.get(&super_name).await?;
+            if existing.labels().get(TENANT_LABEL) == Some(&tenant.key) { Ok(()) } else { Err(not_ours(&super_name)) }
+        }
         Err(error) => Err(error),
     }
+}
+
+/// The refusal to sync into super namespace `name`, which exists and is not the tenant's: a 403, which is told to
+/// the tenant and not retried (a 409 would be).
+fn not_ours(name: &str) -> kube::Error {
+    let message = format!("namespace {name} exists in the super cluster and is not this tenant's");
+    kube::Error::Api(kube::core::Status::failure(&message, "Forbidden").with_code(403).boxed())
 }
 
 /// Whether the super object `namespace/name` of synced kind `kind` exists.

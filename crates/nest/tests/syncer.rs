@@ -362,6 +362,25 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         server.kubectl(&["get", "configmap", "settings", "-n", &frozen]).status.success()
     });
 
+    // Issue 18: every super namespace enforces Pod Security baseline (a kube-apiserver management cluster then refuses
+    // a tenant pod asking for more), and a namespace of the name the syncer would use, made by someone else, is never
+    // used: the tenant is told, and nothing of it lands there.
+    let labels = server.json(&["get", "namespace", &a_default])["metadata"]["labels"].clone();
+    for mode in ["enforce", "audit", "warn"] {
+        assert_eq!(labels[format!("pod-security.kubernetes.io/{mode}")], "baseline", "{labels}");
+    }
+    let squatted = format!("{}-squat", labels["tenancy.nest.dev/cluster"].as_str().unwrap());
+    server.ok(&["create", "namespace", &squatted]);
+    tenant_ok(&server, "a", dir, &["create", "namespace", "squat"]);
+    tenant_ok(&server, "a", dir, &["create", "configmap", "planted", "-n", "squat", "--from-literal=k=v"]);
+    eventually(30, "a SyncFailed Event naming the squatted namespace", || {
+        let events = items(&tenant_json(&server, "a", dir, &["get", "events", "-n", "squat"]));
+        events.iter().any(|e| {
+            e["reason"] == "SyncFailed" && e["message"].as_str().is_some_and(|m| m.contains("is not this tenant's"))
+        })
+    });
+    assert!(!server.kubectl(&["get", "configmap", "planted", "-n", &squatted]).status.success(), "synced into it");
+
     let events = items(&tenant_json(&server, "a", dir, &["get", "events"]));
     let scheduled = events.iter().find(|e| e["reason"] == "Scheduled").unwrap_or_else(|| panic!("{events:?}"));
     assert_eq!(scheduled["involvedObject"]["namespace"], "default");

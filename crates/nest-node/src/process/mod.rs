@@ -125,14 +125,7 @@ impl Runtime {
             launches.push(launch);
         }
         let base = self.sandboxes.base(pod)?;
-        let claims: Vec<PathBuf> = spec
-            .volumes
-            .iter()
-            .flatten()
-            .filter(|v| v.persistent_volume_claim.is_some())
-            .map(|v| prepare::volume_dir(pod, v, &pod_dir, &claims_dir))
-            .collect::<Result<_, _>>()?;
-        self.sandboxes.own_volumes(pod, &pod_dir, &claims, base)?;
+        self.sandboxes.own_volumes(pod, &pod_dir, &claims_dir, base)?;
         for (container, launch) in containers.iter().zip(&mut launches) {
             let sandboxed = self.sandboxes.prepare(pod, container, launch, facts.pod_ip, base)?;
             launch.sandbox = Some(Arc::new(sandboxed));

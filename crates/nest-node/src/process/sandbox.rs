@@ -315,22 +315,38 @@ impl Sandboxes {
         users.base(&pod.namespace().unwrap_or_default())
     }
 
-    /// Gives the pod's volumes to its users (host users of `base`'s range): the volume files the node wrote become the
-    /// pod user's (`runAsUser` of the pod, else root of the container), group `fsGroup` (readable by the group) or
-    /// the user's group; an emptyDir's or claim's own directory too, but not what the pod's processes left in it.
-    pub fn own_volumes(&self, pod: &Pod, pod_dir: &Path, claims: &[PathBuf], base: u32) -> std::io::Result<()> {
-        let context = pod.spec.as_ref().and_then(|s| s.security_context.clone()).unwrap_or_default();
-        let uid = base + u32::try_from(context.run_as_user.unwrap_or(0)).unwrap_or(0).min(RANGE - 1);
-        let fs_group = context.fs_group.and_then(|g| u32::try_from(g).ok()).filter(|g| *g < RANGE);
-        let gid =
-            base + fs_group.or(context.run_as_group.and_then(|g| u32::try_from(g).ok())).unwrap_or(0).min(RANGE - 1);
-        let group_reads = fs_group.is_some();
-        let volumes = pod_dir.join("volumes");
-        own(&volumes, uid, gid, group_reads, true)?;
-        for claim in claims {
-            // A claim's files stay whose they are; only a directory just made by the node (root's) is given away.
-            if std::fs::symlink_metadata(claim).is_ok_and(|m| m.is_dir() && m.uid() == 0) {
-                own(claim, uid, gid, group_reads, false)?;
+    /// Gives the pod's volumes to its users (host users of `base`'s range): the files the node wrote (ConfigMap,
+    /// Secret, downward API and projected volumes) become the pod's user's (`runAsUser` of the pod, else the one its
+    /// containers all run as, else the container's root), group `fsGroup` (readable by it) or the user's group; an
+    /// emptyDir's or a claim's own directory too (a claim's only when the node has just made it), but never what the
+    /// pod's processes left in them.
+    pub fn own_volumes(&self, pod: &Pod, pod_dir: &Path, claims_dir: &Path, base: u32) -> Result<(), PrepareError> {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let context = spec.security_context.clone().unwrap_or_default();
+        let users: std::collections::BTreeSet<Option<i64>> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .map(|c| c.security_context.as_ref().and_then(|s| s.run_as_user))
+            .collect();
+        let shared = match users.into_iter().collect::<Vec<_>>()[..] {
+            [Some(user)] => Some(user),
+            _ => None,
+        };
+        let id = |value: Option<i64>| value.and_then(|v| u32::try_from(v).ok()).filter(|v| *v < RANGE);
+        let uid = base + id(context.run_as_user.or(shared)).unwrap_or(0);
+        let fs_group = id(context.fs_group);
+        let gid = base + fs_group.or(id(context.run_as_group)).unwrap_or(0);
+        for volume in spec.volumes.iter().flatten() {
+            let dir = super::prepare::volume_dir(pod, volume, pod_dir, claims_dir)?;
+            let written = volume.config_map.is_some()
+                || volume.secret.is_some()
+                || volume.downward_api.is_some()
+                || volume.projected.is_some();
+            let fresh = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == 0);
+            if written || volume.persistent_volume_claim.is_none() || fresh {
+                own(&dir, uid, gid, fs_group.is_some(), written)?;
             }
         }
         Ok(())
