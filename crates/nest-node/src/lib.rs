@@ -394,7 +394,13 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
             tracing::info!(pod = %pod.name_any(), %error, "cannot start a pod");
             let waiting = json!({"waiting": {"reason": error.reason(), "message": error.to_string()}});
             report_waiting(pod, context, &ip, waiting).await?;
-            Ok(Action::requeue(Duration::from_secs(10)))
+            // What the pod lacks (a ConfigMap, a Secret) is often being made at this moment, by whoever made the pod:
+            // look again soon, as the kubelet's volume manager does, since this node watches pods, not them.
+            let again = match error {
+                process::PrepareError::Config(_) | process::PrepareError::Api(_) => Duration::from_secs(1),
+                process::PrepareError::Io(_) => Duration::from_secs(10),
+            };
+            Ok(Action::requeue(again))
         }
     }
 }

@@ -502,7 +502,12 @@ impl Sandboxed {
         command
             .arg("--log")
             .arg(self.bundle.join("runtime.log"))
-            .args(["--log-format", "json", "run", "--keep", "--bundle"])
+            .args(["--log-format", "json", "run", "--keep"])
+            // A session keyring per container is a key of its host user, and the kernel allows a user 200
+            // (kernel.keys.maxkeys): the 201st container of one namespace would not start. The keyring the container
+            // inherits instead is out of its reach, since the seccomp filter refuses every keyring call.
+            .arg("--no-new-keyring")
+            .arg("--bundle")
             .arg(&self.bundle)
             .arg("--pid-file")
             .arg(self.pid_file())
