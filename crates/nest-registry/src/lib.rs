@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod convert;
 pub mod error;
 pub mod ipalloc;
+pub mod kinds;
 pub mod meta;
 pub mod scale;
 pub mod schema;

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use crate::error::Cause;
+use crate::kinds::pod::Pod;
 use crate::meta;
 use crate::schema;
 use crate::validation;
@@ -143,88 +144,6 @@ impl Strategy for Secret {
 
     fn selectable_fields(&self) -> &'static [&'static str] {
         &["type"]
-    }
-}
-
-/// Pods: the defaults controllers and clients rely on (pkg/apis/core/v1/defaults.go) and their field selectors.
-pub struct Pod;
-
-impl Strategy for Pod {
-    fn prepare_for_create(&self, obj: &mut Value) {
-        let spec = &mut obj["spec"];
-        if !spec.is_object() {
-            return;
-        }
-        for (field, default) in [
-            ("restartPolicy", serde_json::json!("Always")),
-            ("dnsPolicy", serde_json::json!("ClusterFirst")),
-            ("schedulerName", serde_json::json!("default-scheduler")),
-            ("terminationGracePeriodSeconds", serde_json::json!(30)),
-            ("securityContext", serde_json::json!({})),
-            ("enableServiceLinks", serde_json::json!(true)),
-        ] {
-            if spec.get(field).is_none_or(Value::is_null) {
-                spec[field] = default;
-            }
-        }
-        for list in ["initContainers", "containers"] {
-            if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
-                for c in containers {
-                    default_container(c);
-                }
-            }
-        }
-        if obj.get("status").is_none_or(Value::is_null) || obj["status"].get("phase").is_none() {
-            obj["status"]["phase"] = serde_json::json!("Pending");
-        }
-    }
-
-    fn validate(&self, obj: &Value) -> Vec<Cause> {
-        let containers = obj.get("spec").and_then(|s| s.get("containers")).and_then(Value::as_array);
-        match containers {
-            Some(list) if !list.is_empty() => list
-                .iter()
-                .enumerate()
-                .flat_map(|(i, c)| {
-                    let mut causes = Vec::new();
-                    if c.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
-                        causes.push(Cause::required(format!("spec.containers[{i}].name")));
-                    }
-                    if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
-                        causes.push(Cause::required(format!("spec.containers[{i}].image")));
-                    }
-                    causes
-                })
-                .collect(),
-            _ => vec![Cause::required("spec.containers")],
-        }
-    }
-
-    fn selectable_fields(&self) -> &'static [&'static str] {
-        &[
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ]
-    }
-}
-
-fn default_container(c: &mut Value) {
-    if c.get("terminationMessagePath").is_none() {
-        c["terminationMessagePath"] = serde_json::json!("/dev/termination-log");
-    }
-    if c.get("terminationMessagePolicy").is_none() {
-        c["terminationMessagePolicy"] = serde_json::json!("File");
-    }
-    if c.get("imagePullPolicy").is_none() {
-        let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
-        let tag = image.rsplit('/').next().unwrap_or(image);
-        let latest = !image.contains('@') && (!tag.contains(':') || tag.ends_with(":latest"));
-        c["imagePullPolicy"] = serde_json::json!(if latest { "Always" } else { "IfNotPresent" });
     }
 }
 
@@ -491,7 +410,7 @@ impl Workload {
         }
         match spec.get("template").filter(|t| t.is_object()) {
             None => causes.push(Cause::required("spec.template")),
-            Some(template) => causes.extend(Pod.validate(template).into_iter().map(|mut cause| {
+            Some(template) => causes.extend(crate::kinds::pod::template(template).into_iter().map(|mut cause| {
                 cause.field = format!("spec.template.{}", cause.field);
                 cause
             })),

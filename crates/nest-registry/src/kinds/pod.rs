@@ -1,0 +1,256 @@
+//! Pods: their defaults (pkg/apis/core/v1/defaults.go), their field selectors, and the checks of their spec that
+//! keep what a tenant writes from naming paths outside its volumes (`ValidatePodSpec` in pkg/apis/core/validation,
+//! 1.33: names of containers and volumes, mounts of volumes that exist, `subPath`s and `items[].path`s that descend).
+//! The node refuses the same again, whatever an API server let through (`nest-node/src/process/paths.rs`); here a
+//! client gets upstream's 422 first.
+
+use serde_json::Value;
+
+use crate::error::Cause;
+use crate::strategy::Strategy;
+use crate::validation;
+
+/// Pods: the defaults controllers and clients rely on (pkg/apis/core/v1/defaults.go) and their field selectors.
+pub struct Pod;
+
+impl Strategy for Pod {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        let spec = &mut obj["spec"];
+        if !spec.is_object() {
+            return;
+        }
+        for (field, default) in [
+            ("restartPolicy", serde_json::json!("Always")),
+            ("dnsPolicy", serde_json::json!("ClusterFirst")),
+            ("schedulerName", serde_json::json!("default-scheduler")),
+            ("terminationGracePeriodSeconds", serde_json::json!(30)),
+            ("securityContext", serde_json::json!({})),
+            ("enableServiceLinks", serde_json::json!(true)),
+        ] {
+            if spec.get(field).is_none_or(Value::is_null) {
+                spec[field] = default;
+            }
+        }
+        for list in ["initContainers", "containers"] {
+            if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+                for c in containers {
+                    default_container(c);
+                }
+            }
+        }
+        if obj.get("status").is_none_or(Value::is_null) || obj["status"].get("phase").is_none() {
+            obj["status"]["phase"] = serde_json::json!("Pending");
+        }
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        spec(&obj["spec"], "spec")
+    }
+
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ]
+    }
+}
+
+fn default_container(c: &mut Value) {
+    if c.get("terminationMessagePath").is_none() {
+        c["terminationMessagePath"] = serde_json::json!("/dev/termination-log");
+    }
+    if c.get("terminationMessagePolicy").is_none() {
+        c["terminationMessagePolicy"] = serde_json::json!("File");
+    }
+    if c.get("imagePullPolicy").is_none() {
+        let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
+        let tag = image.rsplit('/').next().unwrap_or(image);
+        let latest = !image.contains('@') && (!tag.contains(':') || tag.ends_with(":latest"));
+        c["imagePullPolicy"] = serde_json::json!(if latest { "Always" } else { "IfNotPresent" });
+    }
+}
+
+/// `value` at `field` is not a valid whatever `message` says: upstream's `field.Invalid`.
+fn invalid(field: String, value: &str, message: &str) -> Cause {
+    Cause::invalid(field, format!("Invalid value: {value:?}: {message}"))
+}
+
+/// A path beneath a volume (`subPath`): relative and without a `..` element (`validateLocalDescendingPath`).
+fn descending(path: &str, field: &str, causes: &mut Vec<Cause>) {
+    if path.starts_with('/') {
+        causes.push(invalid(field.into(), path, "must be a relative path"));
+    }
+    if path.split('/').any(|part| part == "..") {
+        causes.push(invalid(field.into(), path, "must not contain '..'"));
+    }
+}
+
+/// A file of a projected volume (`items[].path`): descending, and not starting with `..`
+/// (`validateLocalNonReservedPath`).
+fn non_reserved(path: &str, field: &str, causes: &mut Vec<Cause>) {
+    if path.is_empty() {
+        causes.push(Cause::required(field));
+        return;
+    }
+    descending(path, field, causes);
+    if path.starts_with("..") {
+        causes.push(invalid(field.into(), path, "must not start with '..'"));
+    }
+}
+
+/// The `items` of a ConfigMap, Secret or downward API source at `field`.
+fn items(source: &Value, field: &str, causes: &mut Vec<Cause>) {
+    for (i, item) in source["items"].as_array().into_iter().flatten().enumerate() {
+        non_reserved(item["path"].as_str().unwrap_or_default(), &format!("{field}.items[{i}].path"), causes);
+    }
+}
+
+/// Names that must be DNS-1123 labels and unique (containers, volumes).
+fn label_names<'a>(names: impl Iterator<Item = (String, &'a str)>, causes: &mut Vec<Cause>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (field, name) in names {
+        if name.is_empty() {
+            causes.push(Cause::required(field));
+        } else if let Err(message) = validation::dns1123_label(name) {
+            causes.push(invalid(field, name, &message));
+        } else if !seen.insert(name) {
+            causes.push(Cause { reason: "FieldValueDuplicate", message: format!("Duplicate value: {name:?}"), field });
+        }
+    }
+}
+
+/// The checks of a workload's pod template (`spec` of it): its containers, each named and with an image. As upstream,
+/// not the volumes and mounts, which a StatefulSet's claim templates complete only in the pods made from it; those
+/// pods get every check of [`spec`].
+pub fn template(template: &Value) -> Vec<Cause> {
+    let containers = template["spec"]["containers"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if containers.is_empty() {
+        return vec![Cause::required("spec.containers")];
+    }
+    let mut causes = Vec::new();
+    for (i, c) in containers.iter().enumerate() {
+        for field in ["name", "image"] {
+            if c[field].as_str().is_none_or(str::is_empty) {
+                causes.push(Cause::required(format!("spec.containers[{i}].{field}")));
+            }
+        }
+    }
+    causes
+}
+
+/// The checks of a pod's spec, at `at` (`spec`).
+pub fn spec(spec: &Value, at: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let containers = spec["containers"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if containers.is_empty() {
+        causes.push(Cause::required(format!("{at}.containers")));
+    }
+    let volumes = spec["volumes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    label_names(
+        volumes
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("{at}.volumes[{i}].name"), v["name"].as_str().unwrap_or_default())),
+        &mut causes,
+    );
+    for (i, volume) in volumes.iter().enumerate() {
+        let field = format!("{at}.volumes[{i}]");
+        for source in ["configMap", "secret", "downwardAPI"] {
+            items(&volume[source], &format!("{field}.{source}"), &mut causes);
+        }
+        for (j, projection) in volume["projected"]["sources"].as_array().into_iter().flatten().enumerate() {
+            for source in ["configMap", "secret", "downwardAPI"] {
+                items(&projection[source], &format!("{field}.projected.sources[{j}].{source}"), &mut causes);
+            }
+        }
+    }
+    let volume_names: std::collections::BTreeSet<&str> = volumes.iter().filter_map(|v| v["name"].as_str()).collect();
+    let mut all: Vec<(String, &Value)> = Vec::new();
+    for list in ["initContainers", "containers"] {
+        for (i, container) in spec[list].as_array().into_iter().flatten().enumerate() {
+            all.push((format!("{at}.{list}[{i}]"), container));
+        }
+    }
+    label_names(
+        all.iter().map(|(field, c)| (format!("{field}.name"), c["name"].as_str().unwrap_or_default())),
+        &mut causes,
+    );
+    for (field, container) in &all {
+        if field.contains(".containers[") && container["image"].as_str().is_none_or(str::is_empty) {
+            causes.push(Cause::required(format!("{field}.image")));
+        }
+        for (j, mount) in container["volumeMounts"].as_array().into_iter().flatten().enumerate() {
+            let at = format!("{field}.volumeMounts[{j}]");
+            let name = mount["name"].as_str().unwrap_or_default();
+            if name.is_empty() {
+                causes.push(Cause::required(format!("{at}.name")));
+            } else if !volume_names.contains(name) {
+                causes.push(Cause {
+                    reason: "FieldValueNotFound",
+                    message: format!("Not found: {name:?}"),
+                    field: format!("{at}.name"),
+                });
+            }
+            if mount["mountPath"].as_str().is_none_or(str::is_empty) {
+                causes.push(Cause::required(format!("{at}.mountPath")));
+            }
+            if let Some(sub) = mount["subPath"].as_str().filter(|s| !s.is_empty()) {
+                descending(sub, &format!("{at}.subPath"), &mut causes);
+            }
+        }
+    }
+    causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields(causes: &[Cause]) -> Vec<String> {
+        causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect()
+    }
+
+    #[test]
+    fn a_valid_spec_has_no_causes() {
+        let ok = json!({
+            "containers": [{"name": "main", "image": "nest", "volumeMounts": [{"name": "v", "mountPath": "/v", "subPath": "a/b"}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "c", "items": [{"key": "k", "path": "dir/file"}]}}],
+        });
+        assert!(spec(&ok, "spec").is_empty(), "{:?}", spec(&ok, "spec"));
+    }
+
+    #[test]
+    fn names_that_are_paths_and_paths_that_climb_are_invalid() {
+        let bad = json!({
+            "containers": [{"name": "../../c", "image": "nest",
+                            "volumeMounts": [{"name": "../v", "mountPath": "/v", "subPath": "../../../../etc"},
+                                             {"name": "missing", "mountPath": "/m"}]}],
+            "volumes": [{"name": "../v", "configMap": {"name": "c", "items": [{"key": "k", "path": "/etc/passwd"}]}},
+                        {"name": "d", "downwardAPI": {"items": [{"path": "../x"}]}}],
+        });
+        let found = fields(&spec(&bad, "spec"));
+        let label = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must \
+                     start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for \
+                     validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+        for expected in [
+            format!("spec.volumes[0].name: Invalid value: \"../v\": {label}"),
+            "spec.volumes[0].configMap.items[0].path: Invalid value: \"/etc/passwd\": must be a relative path".into(),
+            "spec.volumes[1].downwardAPI.items[0].path: Invalid value: \"../x\": must not contain '..'".into(),
+            "spec.volumes[1].downwardAPI.items[0].path: Invalid value: \"../x\": must not start with '..'".into(),
+            format!("spec.containers[0].name: Invalid value: \"../../c\": {label}"),
+            "spec.containers[0].volumeMounts[1].name: Not found: \"missing\"".into(),
+            "spec.containers[0].volumeMounts[0].subPath: Invalid value: \"../../../../etc\": must not contain '..'"
+                .into(),
+        ] {
+            assert!(found.contains(&expected), "{expected}\nnot in {found:#?}");
+        }
+        let twice = json!({"containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]});
+        assert_eq!(fields(&spec(&twice, "spec")), ["spec.containers[1].name: Duplicate value: \"a\""]);
+    }
+}
