@@ -25,8 +25,11 @@ pub const VIRTUAL_NODE_LABEL: &str = "tenancy.nest.dev/virtual-node";
 /// The label and annotation prefix that flows up from super objects to tenant objects by default.
 pub const TRANSPARENT_PREFIX: &str = "transparency.tenancy.nest.dev/";
 
-/// Metadata prefixes that are not copied down: the super cluster's own, and the syncer's.
-pub const RESERVED_PREFIXES: &[&str] = &["tenancy.nest.dev/", "kubectl.kubernetes.io/last-applied-configuration"];
+/// Metadata prefixes that are not copied down: the syncer's own, and nest's instructions to the super cluster's nodes
+/// (`nest.dev/exit-code`, `nest.dev/stop-seconds`, `nest.dev/ready` drive a simulated pod), which a tenant must not
+/// give the super cluster (issue 18).
+pub const RESERVED_PREFIXES: &[&str] =
+    &["tenancy.nest.dev/", "nest.dev/", "kubectl.kubernetes.io/last-applied-configuration"];
 
 /// The longest DNS label.
 const LABEL_MAX: usize = 63;
@@ -89,5 +92,9 @@ mod tests {
         assert!(one.len() <= 63 && other.len() <= 63);
         assert_ne!(one, other);
         assert!(!copied("tenancy.nest.dev/uid") && copied("app"));
+        for instruction in ["nest.dev/exit-code", "nest.dev/stop-seconds", "nest.dev/ready"] {
+            assert!(!copied(instruction), "{instruction} reaches the super cluster");
+        }
+        assert!(copied("example.nest.dev/team"), "only nest.dev/ itself is reserved");
     }
 }

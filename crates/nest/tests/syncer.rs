@@ -200,6 +200,29 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         tenant_json(&server, "a", dir, &["get", "pod", &pod])["metadata"]["labels"]["transparency.tenancy.nest.dev/zone"]
             == "z1"
     });
+    // Issue 18: the tenant's annotations reach the super pod, but not nest's instructions to the super cluster's nodes.
+    tenant_ok(
+        &server,
+        "a",
+        dir,
+        &[
+            "run",
+            "annotated",
+            "--image=nginx",
+            "--annotations=team=blue",
+            "--annotations=nest.dev/stop-seconds=86400",
+            "--annotations=nest.dev/exit-code=1",
+        ],
+    );
+    eventually(30, "the annotated pod in the super cluster", || {
+        server.json(&["get", "pod", "annotated", "-n", &a_default])["metadata"]["annotations"]["team"] == "blue"
+    });
+    let annotations = server.json(&["get", "pod", "annotated", "-n", &a_default])["metadata"]["annotations"].clone();
+    assert!(
+        annotations["nest.dev/stop-seconds"].is_null() && annotations["nest.dev/exit-code"].is_null(),
+        "{annotations}"
+    );
+    tenant_ok(&server, "a", dir, &["delete", "pod", "annotated", "--wait=false"]);
 
     // nest's image runs as processes through the super cluster: the tenant Service reaches them at the address the
     // super cluster gave it, and `kubectl logs` in the tenant shows their output.
