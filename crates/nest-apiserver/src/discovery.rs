@@ -89,12 +89,8 @@ pub fn api_resource_list(catalog: &Catalog, group: &str, version: &str) -> Optio
             scale["version"] = json!("v1");
             resources.push(scale);
         }
-        if r.group.is_empty() && r.plural == "namespaces" {
-            resources.push(sub("finalize", "Namespace", &["update"]));
-        }
-        if r.group.is_empty() && r.plural == "pods" {
-            resources.push(sub("binding", "Binding", &["create"]));
-            resources.push(sub("log", "Pod", &["get"]));
+        for own in r.subresources {
+            resources.push(sub(own.name, own.kind, own.verbs));
         }
     }
     let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };

@@ -11,6 +11,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
+use nest_registry::admission::UserInfo;
 use nest_registry::scale::scale_of;
 use nest_registry::{ApiError, DeleteOptions, ListOptions, Registry, Resource, Result, Subresource};
 use serde_json::{Value, json};
@@ -313,8 +314,7 @@ fn target(state: &State, group: &str, version: &str, segments: &[&str]) -> Resul
     if let Some(sub) = &subresource {
         let known = (sub == "status" && resource.info.status)
             || (sub == "scale" && resource.info.scale.is_some())
-            || (sub == "finalize" && resource.info.group.is_empty() && resource.info.plural == "namespaces")
-            || ((sub == "binding" || sub == "log") && resource.info.group.is_empty() && resource.info.plural == "pods");
+            || resource.info.subresources.iter().any(|own| own.name == sub);
         if !known {
             return Err(ApiError::no_route());
         }
@@ -331,7 +331,8 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         || ["/healthz/", "/livez/", "/readyz/"].iter().any(|prefix| path.starts_with(prefix));
     let token_user =
         request.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
-    if !open && cert_user.is_none() && token_user.is_none() {
+    let user = cert_user.or(token_user);
+    if !open && user.is_none() {
         // Who is asking is known before the body is read: a client that proved no identity gets no say over this
         // server's memory, whatever it sends. Its body stays unread, so the connection closes after the answer (the
         // unread bytes would be taken for its next request).
@@ -373,11 +374,11 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         }
         ["api", "v1", rest @ ..] => {
             let target = target(state, "", "v1", rest)?;
-            resource_request(state, target, &request, body).await
+            resource_request(state, target, user.as_ref(), &request, body).await
         }
         ["apis", group, version, rest @ ..] => {
             let target = target(state, group, version, rest)?;
-            resource_request(state, target, &request, body).await
+            resource_request(state, target, user.as_ref(), &request, body).await
         }
         _ => Err(ApiError::no_route()),
     }
@@ -489,7 +490,23 @@ fn content_type(request: &hyper::http::request::Parts) -> String {
         .unwrap_or_default()
 }
 
+/// A request to a resource from `user`: served, with what admission warned about as `Warning` headers.
 async fn resource_request(
+    state: &Arc<State>,
+    mut target: Target,
+    user: Option<&User>,
+    request: &hyper::http::request::Parts,
+    body: Bytes,
+) -> Result<Response<Body>> {
+    if let Some(user) = user {
+        target.resource.user = UserInfo { name: user.name.clone(), groups: user.groups.clone() };
+    }
+    let warnings = target.resource.warnings.clone();
+    let response = serve_resource(state, target, request, body).await?;
+    Ok(with_warnings(response, &warnings.take()))
+}
+
+async fn serve_resource(
     state: &Arc<State>,
     mut target: Target,
     request: &hyper::http::request::Parts,
@@ -627,27 +644,6 @@ async fn resource_request(
         }
 
         // === subresources ===
-        (&Method::PUT, Some(name), Some("finalize")) => {
-            let body = decode_object(&content_type, &body)?;
-            Ok(json_response(StatusCode::OK, &registry.finalize_namespace(name, body).await?))
-        }
-        (&Method::POST, Some(name), Some("binding")) => {
-            // What kube-scheduler sends: a Binding naming the node.
-            let binding = decode_object(&content_type, &body)?;
-            let node = binding["target"]["name"]
-                .as_str()
-                .filter(|n| !n.is_empty())
-                .ok_or_else(|| ApiError::invalid(&info, name, vec![nest_registry::Cause::required("target.name")]))?;
-            registry
-                .update_with(&target.resource, ns, name, Subresource::Binding, query.dry_run()?, |current| {
-                    bind(&info, current, node)
-                })
-                .await?;
-            Ok(json_response(
-                StatusCode::CREATED,
-                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-            ))
-        }
         (&Method::GET, Some(name), Some("log")) => {
             let tls = state.kubelet_tls.clone();
             crate::logs::pod_log(registry, tls, ns, name, |key| query.get(key).map(str::to_string)).await
@@ -676,33 +672,24 @@ async fn resource_request(
                 .await?;
             Ok(json_response(StatusCode::OK, &scale_of(&info, &updated)))
         }
+        // A kind's own subresource (`pods/binding` is created, `namespaces/finalize` updated): its strategy writes it.
+        (&Method::POST | &Method::PUT, Some(name), Some(sub))
+            if info.subresources.iter().any(|own| {
+                own.name == sub && own.verbs.contains(&if method == Method::POST { "create" } else { "update" })
+            }) =>
+        {
+            let body = decode_object(&content_type, &body)?;
+            let written = registry.update_subresource(&target.resource, ns, name, sub, body, query.dry_run()?).await?;
+            if method == Method::PUT {
+                return Ok(json_response(StatusCode::OK, &written));
+            }
+            Ok(json_response(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
         _ => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
     }
-}
-
-/// A pod bound to `node`, as kube-apiserver's binding storage does it: only an unbound pod that is not being deleted,
-/// with `PodScheduled` set true.
-fn bind(info: &nest_registry::ResourceInfo, current: &Value, node: &str) -> Result<Value> {
-    let name = nest_registry::meta::name(current);
-    let assigned = current["spec"]["nodeName"].as_str().unwrap_or_default();
-    if !assigned.is_empty() {
-        return Err(ApiError::conflict(info, name)
-            .with_message(format!("pod {name} is already assigned to node \"{assigned}\"")));
-    }
-    if nest_registry::meta::is_deleting(current) {
-        return Err(ApiError::conflict(info, name)
-            .with_message(format!("pod {name} is being deleted, cannot be assigned to a host")));
-    }
-    let mut obj = current.clone();
-    nest_registry::meta::metadata_mut(&mut obj).remove("resourceVersion");
-    obj["spec"]["nodeName"] = json!(node);
-    let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
-                           "lastTransitionTime": nest_core::clock::rfc3339_now()});
-    let conditions = obj["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
-    conditions.push(condition);
-    obj["status"]["conditions"] = json!(conditions);
-    Ok(obj)
 }
 
 /// `DeleteOptions` from the body (kubectl sends one without TypeMeta) and the query.

@@ -21,15 +21,37 @@ pub struct ResourceInfo {
     pub status: bool,
     /// Where the `/scale` subresource reads and writes, if there is one.
     pub scale: Option<ScalePaths>,
-    /// The group and plural the objects are stored under, when another resource owns them (events.k8s.io events are
-    /// core events).
-    pub stored_as: Option<(String, String)>,
+    /// Where the objects are stored, and in which shape, when another resource owns them (events.k8s.io events are
+    /// core events; [`crate::convert`]).
+    pub stored_as: Option<StoredAs>,
+    /// The subresources of this kind's own besides `status` and `scale` (a pod's `binding`, a namespace's
+    /// `finalize`), as discovery lists them; the kind's strategy implements them.
+    pub subresources: &'static [SubresourceInfo],
     /// Defined by a CustomResourceDefinition rather than built in.
     pub custom: bool,
     /// A custom resource's structural schema (`openAPIV3Schema`), if its CRD gives one.
     pub schema: Option<Arc<serde_json::Value>>,
     /// A custom resource's `additionalPrinterColumns` (the columns of `kubectl get`).
     pub printer_columns: Vec<PrinterColumn>,
+}
+
+/// Objects served by one resource and stored as another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredAs {
+    /// The group (empty for core) and plural they are stored under.
+    pub group: &'static str,
+    pub plural: &'static str,
+    /// Stored field name, served field name: the top-level fields that differ between the two shapes.
+    pub renames: &'static [(&'static str, &'static str)],
+}
+
+/// A kind's own subresource, as discovery lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubresourceInfo {
+    pub name: &'static str,
+    /// The kind a request to it sends (`Binding`), or the resource's own kind.
+    pub kind: &'static str,
+    pub verbs: &'static [&'static str],
 }
 
 /// One column of a custom resource's table.
@@ -83,7 +105,7 @@ impl ResourceInfo {
     /// The group's name in storage keys (`core` for the core group).
     pub fn storage_group(&self) -> &str {
         match &self.stored_as {
-            Some((group, _)) => group_or_core(group),
+            Some(stored) => group_or_core(stored.group),
             None => group_or_core(&self.group),
         }
     }
@@ -91,7 +113,7 @@ impl ResourceInfo {
     /// The plural the objects are stored under.
     pub fn storage_plural(&self) -> &str {
         match &self.stored_as {
-            Some((_, plural)) => plural,
+            Some(stored) => stored.plural,
             None => &self.plural,
         }
     }
@@ -106,60 +128,24 @@ fn group_or_core(group: &str) -> &str {
     if group.is_empty() { "core" } else { group }
 }
 
-/// Every built-in verb set used below.
-const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
-const NO_COLLECTION_DELETE: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+/// Every verb of a resource with every verb.
+pub(crate) const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 
-struct Builtin {
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-    short: &'static [&'static str],
-    categories: &'static [&'static str],
-    verbs: &'static [&'static str],
-    status: bool,
-    scale: bool,
+/// One built-in resource, as [`crate::kinds::BUILTINS`] lists it.
+pub(crate) struct Builtin {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub namespaced: bool,
+    pub short: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+    pub status: bool,
+    pub scale: bool,
+    pub stored_as: Option<StoredAs>,
+    pub subresources: &'static [SubresourceInfo],
 }
-
-#[rustfmt::skip]
-const BUILTINS: &[Builtin] = &[
-    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", namespaced: false, short: &["ns"], categories: &[], verbs: NO_COLLECTION_DELETE, status: true, scale: false },
-    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: &["all"], verbs: ALL, status: true, scale: false },
-    Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: &["all"], verbs: ALL, status: true, scale: false },
-    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", namespaced: false, short: &["no"], categories: &[], verbs: ALL, status: true, scale: false },
-    Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", namespaced: true, short: &["pvc"], categories: &[], verbs: ALL, status: true, scale: false },
-    Builtin { group: "", version: "v1", kind: "PersistentVolume", plural: "persistentvolumes", namespaced: false, short: &["pv"], categories: &[], verbs: ALL, status: true, scale: false },
-    Builtin { group: "", version: "v1", kind: "ResourceQuota", plural: "resourcequotas", namespaced: true, short: &["quota"], categories: &[], verbs: ALL, status: true, scale: false },
-    Builtin { group: "", version: "v1", kind: "LimitRange", plural: "limitranges", namespaced: true, short: &["limits"], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: &["all"], verbs: ALL, status: true, scale: true },
-    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", namespaced: true, short: &["rs"], categories: &["all"], verbs: ALL, status: true, scale: true },
-    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", namespaced: true, short: &["sts"], categories: &["all"], verbs: ALL, status: true, scale: true },
-    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", namespaced: true, short: &["ds"], categories: &["all"], verbs: ALL, status: true, scale: false },
-    Builtin { group: "apps", version: "v1", kind: "ControllerRevision", plural: "controllerrevisions", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", namespaced: true, short: &[], categories: &["all"], verbs: ALL, status: true, scale: false },
-    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", namespaced: true, short: &["cj"], categories: &["all"], verbs: ALL, status: true, scale: false },
-    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: &["api-extensions"], verbs: ALL, status: true, scale: false },
-    Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", namespaced: true, short: &["ing"], categories: &[], verbs: ALL, status: true, scale: false },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "IngressClass", plural: "ingressclasses", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "NetworkPolicy", plural: "networkpolicies", namespaced: true, short: &["netpol"], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "storage.k8s.io", version: "v1", kind: "StorageClass", plural: "storageclasses", namespaced: false, short: &["sc"], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false },
-    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: &[], verbs: ALL, status: true, scale: false },
-    Builtin { group: "scheduling.k8s.io", version: "v1", kind: "PriorityClass", plural: "priorityclasses", namespaced: false, short: &["pc"], categories: &[], verbs: ALL, status: false, scale: false },
-];
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
@@ -167,7 +153,7 @@ fn strings(items: &[&str]) -> Vec<String> {
 
 /// The built-in resources, in discovery order.
 pub fn builtins() -> Vec<Arc<ResourceInfo>> {
-    BUILTINS
+    crate::kinds::BUILTINS
         .iter()
         .map(|b| {
             Arc::new(ResourceInfo {
@@ -182,8 +168,8 @@ pub fn builtins() -> Vec<Arc<ResourceInfo>> {
                 verbs: strings(b.verbs),
                 status: b.status,
                 scale: b.scale.then(ScalePaths::workload),
-                // events.k8s.io/v1 events are core events in another shape (`convert.rs`).
-                stored_as: (b.group == "events.k8s.io").then(|| (String::new(), "events".to_string())),
+                stored_as: b.stored_as,
+                subresources: b.subresources,
                 custom: false,
                 schema: None,
                 printer_columns: Vec::new(),
@@ -237,6 +223,7 @@ pub fn from_crd(crd: &serde_json::Value) -> Vec<Arc<ResourceInfo>> {
                     },
                 }),
                 stored_as: None,
+                subresources: &[],
                 custom: true,
                 schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
                 printer_columns: v["additionalPrinterColumns"]

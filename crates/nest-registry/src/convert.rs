@@ -1,23 +1,12 @@
 //! The shapes one stored object is served in.
 //!
-//! Most resources have one: objects are served as stored. `events.k8s.io/v1` Events are the core `v1` Events in
-//! another shape, as in kube-apiserver (`pkg/apis/events/v1`): they are stored as core Events, converted on the way
-//! in, and converted back on every read, list and watch, so both APIs see the same objects.
+//! Most resources have one: objects are served as stored. A resource whose objects another resource owns
+//! ([`crate::catalog::StoredAs`], such as `events.k8s.io/v1` Events, which are core Events in another shape) is
+//! converted on the way in, and converted back on every read, list and watch, so both APIs see the same objects.
 
 use serde_json::{Value, json};
 
 use crate::catalog::ResourceInfo;
-
-/// Core `v1` Event field ↔ `events.k8s.io/v1` Event field.
-const EVENT_FIELDS: &[(&str, &str)] = &[
-    ("involvedObject", "regarding"),
-    ("message", "note"),
-    ("source", "deprecatedSource"),
-    ("firstTimestamp", "deprecatedFirstTimestamp"),
-    ("lastTimestamp", "deprecatedLastTimestamp"),
-    ("count", "deprecatedCount"),
-    ("reportingComponent", "reportingController"),
-];
 
 /// Whether objects of `info` are stored in another shape than they are served in.
 pub fn converts(info: &ResourceInfo) -> bool {
@@ -26,16 +15,20 @@ pub fn converts(info: &ResourceInfo) -> bool {
 
 /// Turns an object as served by `info` into its stored shape.
 pub fn to_storage(info: &ResourceInfo, obj: &mut Value) {
-    if info.group == "events.k8s.io" {
-        rename(obj, |(core, events)| (events, core));
-        obj["apiVersion"] = json!("v1");
+    if let Some(stored) = &info.stored_as {
+        rename(obj, stored.renames, |(stored, served)| (served, stored));
+        obj["apiVersion"] = json!(if stored.group.is_empty() {
+            info.version.clone()
+        } else {
+            format!("{}/{}", stored.group, info.version)
+        });
     }
 }
 
 /// Turns a stored object into the shape `info` serves, with `info`'s `apiVersion` and `kind`.
 pub fn from_storage(info: &ResourceInfo, obj: &mut Value) {
-    if info.group == "events.k8s.io" {
-        rename(obj, |pair| pair);
+    if let Some(stored) = &info.stored_as {
+        rename(obj, stored.renames, |pair| pair);
     }
     if converts(info) || info.custom {
         // Custom resources are stored at one version and served at every served version (conversion "None").
@@ -44,9 +37,13 @@ pub fn from_storage(info: &ResourceInfo, obj: &mut Value) {
     }
 }
 
-fn rename(obj: &mut Value, direction: impl Fn((&'static str, &'static str)) -> (&'static str, &'static str)) {
+fn rename(
+    obj: &mut Value,
+    renames: &[(&'static str, &'static str)],
+    direction: impl Fn((&'static str, &'static str)) -> (&'static str, &'static str),
+) {
     let Some(map) = obj.as_object_mut() else { return };
-    for &pair in EVENT_FIELDS {
+    for &pair in renames {
         let (from, to) = direction(pair);
         match map.remove(from) {
             Some(value) => {

@@ -66,6 +66,12 @@ impl ApiError {
         error
     }
 
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> ApiError {
+        self.message = message.into();
+        self
+    }
+
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { code, reason, message: message.into(), details: Box::default() }
     }
@@ -78,7 +84,17 @@ impl ApiError {
     }
 
     pub fn not_found(info: &ResourceInfo, name: &str) -> ApiError {
-        ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", info.qualified())).about(info, name)
+        ApiError::not_found_named(&info.group, &info.plural, name)
+    }
+
+    /// A 404 about `name` of a resource known by its group and plural only.
+    pub fn not_found_named(group: &str, plural: &str, name: &str) -> ApiError {
+        let qualified = if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") };
+        let mut error = ApiError::new(404, "NotFound", format!("{qualified} \"{name}\" not found"));
+        error.details.group = Some(group.to_string());
+        error.details.kind = Some(plural.to_string());
+        error.details.name = Some(name.to_string()).filter(|n| !n.is_empty());
+        error
     }
 
     pub fn already_exists(info: &ResourceInfo, name: &str) -> ApiError {
@@ -203,16 +219,55 @@ impl ApiError {
 }
 
 /// Translates a storage failure that the generic store did not handle itself.
-impl From<nest_storage::Error> for ApiError {
-    fn from(error: nest_storage::Error) -> ApiError {
+/// [`ApiError::interpret`] and [`ApiError::from_storage`] on a storage result.
+pub(crate) trait StorageResult<T> {
+    /// The error interpreted as about `name` of `info`.
+    fn about(self, info: &ResourceInfo, name: &str) -> Result<T>;
+    /// The error as not about one object.
+    fn storage(self) -> Result<T>;
+}
+
+impl<T> StorageResult<T> for std::result::Result<T, nest_storage::Error> {
+    fn about(self, info: &ResourceInfo, name: &str) -> Result<T> {
+        self.map_err(|e| ApiError::interpret(e, info, name))
+    }
+
+    fn storage(self) -> Result<T> {
+        self.map_err(ApiError::from_storage)
+    }
+}
+
+/// Storage errors as API errors, after kube-apiserver's `storage/errors` (`InterpretGetError`,
+/// `InterpretCreateError`, …, 1.33): each names the object it was about, and what storage could not do for a reason of
+/// its own (unreachable, closed) is a 503 or 504 a client retries, not a 500.
+impl ApiError {
+    /// A storage error of an operation on the object `name` of `info`.
+    pub fn interpret(error: nest_storage::Error, info: &ResourceInfo, name: &str) -> ApiError {
         match error {
-            nest_storage::Error::Compacted { requested } => {
-                ApiError::expired(format!("too old resource version: {requested}"))
-            }
-            nest_storage::Error::FutureRevision { requested } => {
+            nest_storage::Error::NotFound { .. } => ApiError::not_found(info, name),
+            nest_storage::Error::AlreadyExists { .. } => ApiError::already_exists(info, name),
+            nest_storage::Error::Conflict { .. } => ApiError::conflict(info, name),
+            other => ApiError::from_storage(other),
+        }
+    }
+
+    /// A storage error not about one object (a list, a watch, a read of another kind's key).
+    pub fn from_storage(error: nest_storage::Error) -> ApiError {
+        use nest_storage::Error;
+        match error {
+            Error::Compacted { requested } => ApiError::expired(format!("too old resource version: {requested}")),
+            Error::FutureRevision { requested } => {
                 ApiError::timeout(format!("Too large resource version: {requested}, current resource version is lower"))
             }
-            nest_storage::Error::ValueTooLarge { .. } => ApiError::too_large("the object is too large to store"),
+            Error::ValueTooLarge { .. } => ApiError::too_large("the object is too large to store"),
+            Error::WatchOverflow => ApiError::expired(
+                "the watch fell behind and was stopped; list again and watch from the new resourceVersion",
+            ),
+            Error::Closed => ApiError::service_unavailable("the storage is closed: the server is shutting down"),
+            Error::Backend { context, source } => {
+                ApiError::timeout(format!("storage is unavailable ({context}): {source}"))
+            }
+            // Not about one object here (see `interpret`), or a fault of the store itself.
             other => ApiError::internal(other.to_string()),
         }
     }

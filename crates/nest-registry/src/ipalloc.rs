@@ -84,7 +84,7 @@ pub async fn allocate(
             Err(nest_storage::Error::AlreadyExists { .. }) => Err(ApiError::bad_request(format!(
                 "spec.clusterIPs: Invalid value: [\"{ip}\"]: failed to allocate IP {ip}: provided IP is already allocated"
             ))),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(ApiError::from_storage(e)),
         };
     }
     for _ in 0..ATTEMPTS {
@@ -92,7 +92,7 @@ pub async fn allocate(
         match store.create(key(ip).as_bytes(), Bytes::from(owner.to_string())).await {
             Ok(_) => return Ok(ip),
             Err(nest_storage::Error::AlreadyExists { .. }) => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(ApiError::from_storage(e)),
         }
     }
     Err(ApiError::internal("failed to allocate a service IP: the range is full"))
@@ -103,7 +103,7 @@ pub async fn release(store: &dyn Store, ip: &str) -> Result<()> {
     let Ok(ip) = ip.parse::<Ipv4Addr>() else { return Ok(()) };
     match store.delete(key(ip).as_bytes(), None).await {
         Ok(_) | Err(nest_storage::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(ApiError::from_storage(e)),
     }
 }
 

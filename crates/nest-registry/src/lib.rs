@@ -8,6 +8,7 @@
 //!
 //! Start with [`store::Registry`].
 
+pub mod admission;
 pub mod apply;
 pub mod cache;
 pub mod catalog;

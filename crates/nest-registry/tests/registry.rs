@@ -275,7 +275,10 @@ async fn namespaces_terminate_then_finalize() {
     let refused = refused.unwrap_err();
     assert_eq!(refused.code, 403);
     assert!(refused.message.contains("because it is being terminated"));
-    f.registry.finalize_namespace("ns", json!({"spec": {"finalizers": []}})).await.unwrap();
+    f.registry
+        .update_subresource(&namespaces, "", "ns", "finalize", json!({"spec": {"finalizers": []}}), false)
+        .await
+        .unwrap();
     assert_eq!(f.registry.get(&namespaces, "", "ns").await.unwrap_err().code, 404);
 }
 

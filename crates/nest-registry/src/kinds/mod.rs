@@ -1,5 +1,112 @@
-//! Each kind's policy, one file per kind (or kind family), as a [`crate::strategy::Strategy`]: what differs between
-//! kinds, while the mechanism they share lives once in [`crate::store`]. (The other kinds still live in
-//! `strategy.rs` and move here one at a time.)
+//! Each kind's policy, one file per kind (or kind family), as a [`Strategy`]: what differs between kinds, while the
+//! mechanism they share lives once in [`crate::store`]. This file is the table of built-in resources (what discovery
+//! serves) and which strategy each one has; the store never asks which kind it is handling.
+//!
+//! | kind | file |
+//! |---|---|
+//! | Namespace (and the namespace lifecycle admission) | [`namespace`] |
+//! | Pod (and `pods/binding`) | [`pod`] |
+//! | Service (ClusterIP allocation) | [`service`] |
+//! | ConfigMap, Secret | [`config`] |
+//! | Event (core and `events.k8s.io`) | [`event`] |
+//! | Deployment, ReplicaSet, StatefulSet, DaemonSet, Job | [`workload`] |
+//! | CustomResourceDefinition | [`crd`] |
+//! | custom resources | [`custom`] |
+//! | RBAC roles and bindings | [`rbac`] |
+//! | what a new cluster starts with | [`bootstrap`] |
 
+pub mod bootstrap;
+pub mod config;
+pub mod crd;
+pub mod custom;
+pub mod event;
+pub mod namespace;
 pub mod pod;
+pub mod rbac;
+pub mod service;
+pub mod workload;
+
+use crate::catalog::{ALL, Builtin, ResourceInfo};
+use crate::strategy::{Generic, Strategy};
+
+const NO_COLLECTION_DELETE: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+
+/// What a built-in has unless its row says otherwise.
+const PLAIN: Builtin = Builtin {
+    group: "",
+    version: "",
+    kind: "",
+    plural: "",
+    namespaced: true,
+    short: &[],
+    categories: &[],
+    verbs: ALL,
+    status: false,
+    scale: false,
+    stored_as: None,
+    subresources: &[],
+};
+
+/// The built-in resources, in discovery order (checked against kube-apiserver 1.33's `/api/v1` and
+/// `/apis/<group>/<version>`).
+#[rustfmt::skip]
+pub(crate) const BUILTINS: &[Builtin] = &[
+    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", namespaced: false, short: &["ns"], categories: &[], verbs: NO_COLLECTION_DELETE, status: true, scale: false, subresources: namespace::SUBRESOURCES, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: &["all"], verbs: ALL, status: true, scale: false, subresources: pod::SUBRESOURCES, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: &["all"], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", namespaced: false, short: &["no"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", namespaced: true, short: &["pvc"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "PersistentVolume", plural: "persistentvolumes", namespaced: false, short: &["pv"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "ResourceQuota", plural: "resourcequotas", namespaced: true, short: &["quota"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "LimitRange", plural: "limitranges", namespaced: true, short: &["limits"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: &["all"], verbs: ALL, status: true, scale: true, ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", namespaced: true, short: &["rs"], categories: &["all"], verbs: ALL, status: true, scale: true, ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", namespaced: true, short: &["sts"], categories: &["all"], verbs: ALL, status: true, scale: true, ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", namespaced: true, short: &["ds"], categories: &["all"], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "ControllerRevision", plural: "controllerrevisions", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", namespaced: true, short: &[], categories: &["all"], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", namespaced: true, short: &["cj"], categories: &["all"], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: &["api-extensions"], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", namespaced: true, short: &["ing"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "IngressClass", plural: "ingressclasses", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "NetworkPolicy", plural: "networkpolicies", namespaced: true, short: &["netpol"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "storage.k8s.io", version: "v1", kind: "StorageClass", plural: "storageclasses", namespaced: false, short: &["sc"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false, stored_as: Some(event::CORE_EVENTS), ..PLAIN },
+    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
+    Builtin { group: "scheduling.k8s.io", version: "v1", kind: "PriorityClass", plural: "priorityclasses", namespaced: false, short: &["pc"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+];
+
+/// The strategy for a resource.
+pub fn for_resource(info: &ResourceInfo) -> Box<dyn Strategy> {
+    if info.custom {
+        return Box::new(custom::Custom::new(info.schema.clone()));
+    }
+    match (info.group.as_str(), info.plural.as_str()) {
+        ("", "namespaces") => Box::new(namespace::Namespace),
+        ("", "pods") => Box::new(pod::Pod),
+        ("", "secrets") => Box::new(config::Secret),
+        ("", "configmaps") => Box::new(config::ConfigMap),
+        ("", "services") => Box::new(service::Service),
+        ("apps", "deployments") => Box::new(workload::Workload::Deployment),
+        ("apps", "replicasets") => Box::new(workload::Workload::ReplicaSet),
+        ("apps", "statefulsets") => Box::new(workload::Workload::StatefulSet),
+        ("apps", "daemonsets") => Box::new(workload::Workload::DaemonSet),
+        ("batch", "jobs") => Box::new(workload::Workload::Job),
+        ("", "events") => Box::new(event::Event { events_v1: false }),
+        ("events.k8s.io", "events") => Box::new(event::Event { events_v1: true }),
+        ("rbac.authorization.k8s.io", _) => Box::new(rbac::PathSegmentNames),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => Box::new(crd::CustomResourceDefinition),
+        _ => Box::new(Generic),
+    }
+}

@@ -1,14 +1,23 @@
-//! Pods: their defaults (pkg/apis/core/v1/defaults.go), their field selectors, and the checks of their spec that
+//! Pods: their defaults (pkg/apis/core/v1/defaults.go), their field selectors, graceful deletion, `pods/binding`,
+//! and the checks of their spec that
 //! keep what a tenant writes from naming paths outside its volumes (`ValidatePodSpec` in pkg/apis/core/validation,
 //! 1.33: names of containers and volumes, mounts of volumes that exist, `subPath`s and `items[].path`s that descend).
 //! The node refuses the same again, whatever an API server let through (`nest-node/src/process/paths.rs`); here a
 //! client gets upstream's 422 first.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::error::Cause;
+use crate::catalog::{ResourceInfo, SubresourceInfo};
+use crate::error::{ApiError, Cause, Result};
+use crate::meta;
 use crate::strategy::Strategy;
 use crate::validation;
+
+/// `pods/binding` (what a scheduler sends) and `pods/log` (served by the API server from the pod's node).
+pub const SUBRESOURCES: &[SubresourceInfo] = &[
+    SubresourceInfo { name: "binding", kind: "Binding", verbs: &["create"] },
+    SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"] },
+];
 
 /// Pods: the defaults controllers and clients rely on (pkg/apis/core/v1/defaults.go) and their field selectors.
 pub struct Pod;
@@ -20,12 +29,12 @@ impl Strategy for Pod {
             return;
         }
         for (field, default) in [
-            ("restartPolicy", serde_json::json!("Always")),
-            ("dnsPolicy", serde_json::json!("ClusterFirst")),
-            ("schedulerName", serde_json::json!("default-scheduler")),
-            ("terminationGracePeriodSeconds", serde_json::json!(30)),
-            ("securityContext", serde_json::json!({})),
-            ("enableServiceLinks", serde_json::json!(true)),
+            ("restartPolicy", json!("Always")),
+            ("dnsPolicy", json!("ClusterFirst")),
+            ("schedulerName", json!("default-scheduler")),
+            ("terminationGracePeriodSeconds", json!(30)),
+            ("securityContext", json!({})),
+            ("enableServiceLinks", json!(true)),
         ] {
             if spec.get(field).is_none_or(Value::is_null) {
                 spec[field] = default;
@@ -39,7 +48,7 @@ impl Strategy for Pod {
             }
         }
         if obj.get("status").is_none_or(Value::is_null) || obj["status"].get("phase").is_none() {
-            obj["status"]["phase"] = serde_json::json!("Pending");
+            obj["status"]["phase"] = json!("Pending");
         }
     }
 
@@ -58,20 +67,66 @@ impl Strategy for Pod {
             "status.nominatedNodeName",
         ]
     }
+
+    /// After kube's pod strategy (`CheckGracefulDelete`): the period asked for, or else
+    /// `terminationGracePeriodSeconds`; but 0 for a pod no node runs and for a finished pod, and at least 1 when
+    /// negative. A pod on a node is so deleted in two steps: marked, then removed by its node once stopped.
+    fn grace_period(&self, obj: &Value, asked: Option<i64>) -> i64 {
+        let spec = &obj["spec"];
+        let period = asked.or_else(|| spec["terminationGracePeriodSeconds"].as_i64()).unwrap_or(0);
+        let scheduled = spec["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+        let finished = matches!(obj["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+        if !scheduled || finished {
+            0
+        } else if period < 0 {
+            1
+        } else {
+            period
+        }
+    }
+
+    /// `binding`: the pod bound to the Binding's `target.name`, as kube-apiserver's binding storage does it: only an
+    /// unbound pod that is not being deleted, with `PodScheduled` set true.
+    fn update_subresource(&self, _name: &str, info: &ResourceInfo, current: &Value, binding: &Value) -> Result<Value> {
+        let name = meta::name(current);
+        let node = binding["target"]["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ApiError::invalid(info, name, vec![Cause::required("target.name")]))?;
+        let assigned = current["spec"]["nodeName"].as_str().unwrap_or_default();
+        if !assigned.is_empty() {
+            return Err(ApiError::conflict(info, name)
+                .with_message(format!("pod {name} is already assigned to node \"{assigned}\"")));
+        }
+        if meta::is_deleting(current) {
+            return Err(ApiError::conflict(info, name)
+                .with_message(format!("pod {name} is being deleted, cannot be assigned to a host")));
+        }
+        let mut obj = current.clone();
+        meta::metadata_mut(&mut obj).remove("resourceVersion");
+        obj["spec"]["nodeName"] = json!(node);
+        let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null,
+                               "lastTransitionTime": nest_core::clock::rfc3339_now()});
+        let conditions = obj["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+        conditions.push(condition);
+        obj["status"]["conditions"] = json!(conditions);
+        Ok(obj)
+    }
 }
 
 fn default_container(c: &mut Value) {
     if c.get("terminationMessagePath").is_none() {
-        c["terminationMessagePath"] = serde_json::json!("/dev/termination-log");
+        c["terminationMessagePath"] = json!("/dev/termination-log");
     }
     if c.get("terminationMessagePolicy").is_none() {
-        c["terminationMessagePolicy"] = serde_json::json!("File");
+        c["terminationMessagePolicy"] = json!("File");
     }
     if c.get("imagePullPolicy").is_none() {
         let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
         let tag = image.rsplit('/').next().unwrap_or(image);
         let latest = !image.contains('@') && (!tag.contains(':') || tag.ends_with(":latest"));
-        c["imagePullPolicy"] = serde_json::json!(if latest { "Always" } else { "IfNotPresent" });
+        c["imagePullPolicy"] = json!(if latest { "Always" } else { "IfNotPresent" });
     }
 }
 

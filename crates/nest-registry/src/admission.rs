@@ -1,0 +1,114 @@
+//! The admission chain: what runs between a decoded, validated object and storage, after kube-apiserver's admission
+//! (`k8s.io/apiserver/pkg/admission`, 1.33). Mutating plugins run first, before the kind's strategy prepares the
+//! object (where kube-apiserver's mutating admission runs, ahead of `BeforeCreate`); validating plugins run last,
+//! on the object as it would be stored, and may only refuse it or add warnings (`Warning` headers).
+//!
+//! Plugins that belong to a kind live in that kind's file under [`crate::kinds`] (the namespace lifecycle in
+//! [`crate::kinds::namespace`]); [`Chain::standard`] is the order they run in.
+
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use crate::catalog::ResourceInfo;
+use crate::error::Result;
+use crate::store::Subresource;
+use crate::strategy::Cluster;
+
+/// What a request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+/// Who is asking, as the authenticator found them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserInfo {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+/// Warnings a request collects on its way (sent back as `Warning: 299 - "…"` headers).
+#[derive(Clone, Debug, Default)]
+pub struct Warnings(Arc<Mutex<Vec<String>>>);
+
+impl Warnings {
+    pub fn push(&self, warning: impl Into<String>) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(warning.into());
+    }
+
+    /// Everything collected so far, emptying the list.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// One request as admission sees it.
+pub struct Request<'a> {
+    pub operation: Operation,
+    pub info: &'a ResourceInfo,
+    pub subresource: Subresource,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The object as it would be stored (for a delete, the stored one).
+    pub object: &'a Value,
+    /// The stored object, on an update.
+    pub old: Option<&'a Value>,
+    pub user: &'a UserInfo,
+    pub dry_run: bool,
+}
+
+/// A plugin that may change an object before its kind prepares and validates it.
+pub trait Mutating: Send + Sync {
+    fn admit<'a>(
+        &'a self,
+        cluster: Cluster<'a>,
+        request: &'a Request<'a>,
+        obj: &'a mut Value,
+    ) -> BoxFuture<'a, Result<()>>;
+}
+
+/// A plugin that may refuse an object, or warn about it, just before it is stored.
+pub trait Validating: Send + Sync {
+    fn validate<'a>(
+        &'a self,
+        cluster: Cluster<'a>,
+        request: &'a Request<'a>,
+        warnings: &'a Warnings,
+    ) -> BoxFuture<'a, Result<()>>;
+}
+
+/// The plugins a registry runs, in order.
+#[derive(Clone, Default)]
+pub struct Chain {
+    pub mutating: Vec<Arc<dyn Mutating>>,
+    pub validating: Vec<Arc<dyn Validating>>,
+}
+
+impl Chain {
+    /// What every nest API server runs.
+    pub fn standard() -> Chain {
+        Chain { mutating: Vec::new(), validating: vec![Arc::new(crate::kinds::namespace::Lifecycle)] }
+    }
+
+    /// Adds a validating plugin at the end.
+    pub fn with_validating(mut self, plugin: Arc<dyn Validating>) -> Chain {
+        self.validating.push(plugin);
+        self
+    }
+
+    pub(crate) async fn validate(
+        &self,
+        cluster: Cluster<'_>,
+        request: &Request<'_>,
+        warnings: &Warnings,
+    ) -> Result<()> {
+        for plugin in &self.validating {
+            plugin.validate(cluster, request, warnings).await?;
+        }
+        Ok(())
+    }
+}

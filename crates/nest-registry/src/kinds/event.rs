@@ -1,0 +1,64 @@
+//! Events: core `v1` Events, and `events.k8s.io/v1` Events, which are the same objects in another shape (as in
+//! kube-apiserver's `pkg/apis/events/v1`): stored as core Events and renamed field by field on the way in and out
+//! ([`crate::convert`] does the renaming from [`CORE_EVENTS`]).
+
+use crate::catalog::StoredAs;
+use crate::strategy::Strategy;
+use crate::validation;
+
+/// Where `events.k8s.io/v1` Events are stored: as core Events, with these fields renamed (core, events.k8s.io).
+pub const CORE_EVENTS: StoredAs = StoredAs {
+    group: "",
+    plural: "events",
+    renames: &[
+        ("involvedObject", "regarding"),
+        ("message", "note"),
+        ("source", "deprecatedSource"),
+        ("firstTimestamp", "deprecatedFirstTimestamp"),
+        ("lastTimestamp", "deprecatedLastTimestamp"),
+        ("count", "deprecatedCount"),
+        ("reportingComponent", "reportingController"),
+    ],
+};
+
+/// The Event strategy: the `involvedObject.*` field selectors `kubectl describe` uses (`regarding.*` in `events.k8s.io`).
+pub struct Event {
+    /// Served as `events.k8s.io/v1` (`crate::convert`).
+    pub events_v1: bool,
+}
+
+impl Strategy for Event {
+    fn validate_name(&self, name: &str) -> Result<(), String> {
+        validation::path_segment(name)
+    }
+
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        if self.events_v1 {
+            return &[
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "regarding.apiVersion",
+                "regarding.resourceVersion",
+                "regarding.fieldPath",
+                "reason",
+                "reportingController",
+                "type",
+            ];
+        }
+        &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ]
+    }
+}

@@ -1,0 +1,107 @@
+//! Namespaces (pkg/registry/core/namespace, 1.33): DNS label names, the `kubernetes` finalizer and phase `Active`,
+//! `Terminating` once deleted until `spec.finalizers` are gone (`PUT namespaces/<name>/finalize` removes them), and
+//! the `NamespaceLifecycle` admission plugin: nothing new is created in a namespace that does not exist or is being
+//! deleted.
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::admission::{self, Operation, Warnings};
+use crate::catalog::{ResourceInfo, SubresourceInfo};
+use crate::error::{ApiError, Result};
+use crate::meta;
+use crate::strategy::{Cluster, Strategy};
+use crate::validation;
+
+/// `namespaces/<name>/finalize`.
+pub const SUBRESOURCES: &[SubresourceInfo] =
+    &[SubresourceInfo { name: "finalize", kind: "Namespace", verbs: &["update"] }];
+
+/// Where a namespace is stored.
+fn key(name: &str) -> String {
+    format!("/registry/core/namespaces/{name}")
+}
+
+/// The namespace strategy.
+pub struct Namespace;
+
+fn label_with_name(obj: &mut Value) {
+    let name = meta::name(obj).to_string();
+    let labels = meta::metadata_mut(obj).entry("labels").or_insert_with(|| json!({}));
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert("kubernetes.io/metadata.name".into(), Value::String(name));
+    }
+}
+
+impl Strategy for Namespace {
+    fn validate_name(&self, name: &str) -> Result<(), String> {
+        validation::dns1123_label(name)
+    }
+
+    fn prepare_for_create(&self, obj: &mut Value) {
+        obj["spec"]["finalizers"] = json!(["kubernetes"]);
+        obj["status"] = json!({"phase": "Active"});
+        label_with_name(obj);
+    }
+
+    fn prepare_for_update(&self, obj: &mut Value, old: &Value) {
+        // The finalizers are changed only through the `finalize` subresource.
+        obj["spec"]["finalizers"] = old["spec"]["finalizers"].clone();
+        label_with_name(obj);
+    }
+
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &["status.phase"]
+    }
+
+    fn holds_removal(&self, obj: &Value) -> bool {
+        obj.get("spec").and_then(|s| s.get("finalizers")).and_then(Value::as_array).is_some_and(|f| !f.is_empty())
+    }
+
+    fn prepare_for_delete(&self, obj: &mut Value) {
+        obj["status"]["phase"] = json!("Terminating");
+    }
+
+    /// `finalize` replaces `spec.finalizers` (and only that), honouring the body's resourceVersion.
+    fn update_subresource(&self, _name: &str, _info: &ResourceInfo, current: &Value, body: &Value) -> Result<Value> {
+        let mut obj = current.clone();
+        obj["spec"]["finalizers"] =
+            body.get("spec").and_then(|s| s.get("finalizers")).cloned().unwrap_or_else(|| json!([]));
+        let wanted = meta::meta_str(body, "resourceVersion");
+        if !wanted.is_empty() {
+            meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(wanted));
+        }
+        Ok(obj)
+    }
+}
+
+/// `NamespaceLifecycle`: refuses new objects in a namespace that does not exist (404) or is being deleted (403).
+pub struct Lifecycle;
+
+impl admission::Validating for Lifecycle {
+    fn validate<'a>(
+        &'a self,
+        cluster: Cluster<'a>,
+        request: &'a admission::Request<'a>,
+        _warnings: &'a Warnings,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if request.operation != Operation::Create || !request.info.namespaced {
+                return Ok(());
+            }
+            let namespace = request.namespace;
+            let Some(item) = cluster.store.get(key(namespace).as_bytes()).await.map_err(ApiError::from_storage)? else {
+                return Err(ApiError::not_found_named("", "namespaces", namespace));
+            };
+            let ns: Value = serde_json::from_slice(&item.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            if meta::path_str(&ns, "status.phase") == "Terminating" || meta::is_deleting(&ns) {
+                return Err(ApiError::forbidden(
+                    request.info,
+                    request.name,
+                    format!("unable to create new content in namespace {namespace} because it is being terminated"),
+                ));
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,154 @@
+//! Workloads (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job): the defaults of pkg/apis/apps/v1/defaults.go
+//! (and batch's) that controllers rely on, the checks that protect the controllers, and their pod template's pod
+//! defaults and checks ([`crate::kinds::pod`]).
+
+use serde_json::Value;
+
+use crate::error::Cause;
+use crate::kinds::pod::Pod;
+use crate::strategy::Strategy;
+
+/// The workload strategies: the defaults of pkg/apis/apps/v1/defaults.go that controllers rely on (replicas, strategies, history
+/// limits), and the pod template's pod defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+    DaemonSet,
+    Job,
+}
+
+impl Strategy for Workload {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            return;
+        }
+        let spec = &mut obj["spec"];
+        let mut defaults: Vec<(&str, Value)> = Vec::new();
+        match self {
+            Workload::Deployment => {
+                defaults.push(("replicas", serde_json::json!(1)));
+                defaults.push(("strategy", serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})));
+                defaults.push(("revisionHistoryLimit", serde_json::json!(10)));
+                defaults.push(("progressDeadlineSeconds", serde_json::json!(600)));
+            }
+            Workload::ReplicaSet => defaults.push(("replicas", serde_json::json!(1))),
+            Workload::StatefulSet => {
+                defaults.push(("replicas", serde_json::json!(1)));
+                defaults.push(("podManagementPolicy", serde_json::json!("OrderedReady")));
+                defaults.push((
+                    "updateStrategy",
+                    serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+                ));
+                defaults.push(("revisionHistoryLimit", serde_json::json!(10)));
+                defaults.push((
+                    "persistentVolumeClaimRetentionPolicy",
+                    serde_json::json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+                ));
+            }
+            Workload::DaemonSet => {
+                defaults.push((
+                    "updateStrategy",
+                    serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+                ));
+                defaults.push(("revisionHistoryLimit", serde_json::json!(10)));
+            }
+            Workload::Job => {
+                defaults.push(("completions", serde_json::json!(1)));
+                defaults.push(("parallelism", serde_json::json!(1)));
+                defaults.push(("backoffLimit", serde_json::json!(6)));
+                defaults.push(("completionMode", serde_json::json!("NonIndexed")));
+                defaults.push(("suspend", serde_json::json!(false)));
+            }
+        }
+        for (field, default) in defaults {
+            match spec.get_mut(field) {
+                None | Some(Value::Null) => spec[field] = default,
+                // A strategy without a type (protobuf clients send `strategy: {}`) gets the default type, and a
+                // rolling update its default parameters.
+                Some(Value::Object(given)) if matches!(field, "strategy" | "updateStrategy") => {
+                    if !given.contains_key("type") {
+                        given.insert("type".into(), default["type"].clone());
+                    }
+                    if given.get("type") == default.get("type") && !given.contains_key("rollingUpdate") {
+                        given.insert("rollingUpdate".into(), default["rollingUpdate"].clone());
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(template) = spec.get_mut("template")
+            && template.get("spec").is_some_and(Value::is_object)
+        {
+            // The template's pod gets the pod defaults, but a template has no status.
+            Pod.prepare_for_create(template);
+            if let Some(map) = template.as_object_mut() {
+                map.remove("status");
+            }
+            if *self == Workload::Job && template["spec"]["restartPolicy"] == "Always" {
+                // A Job's pods must not restart forever; kube-apiserver refuses Always, nest defaults to Never.
+                template["spec"]["restartPolicy"] = serde_json::json!("Never");
+            }
+        }
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<Cause> {
+        self.check(obj)
+    }
+}
+
+impl Workload {
+    /// The checks of `pkg/apis/apps/validation` (and batch's) that protect the controllers: counts are not negative,
+    /// an apps workload has a selector its template's labels match, and the template is a valid pod.
+    fn check(&self, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        let spec = &obj["spec"];
+        for field in [
+            "replicas",
+            "minReadySeconds",
+            "revisionHistoryLimit",
+            "progressDeadlineSeconds",
+            "completions",
+            "parallelism",
+            "backoffLimit",
+        ] {
+            if let Some(n) = spec.get(field).and_then(Value::as_i64)
+                && n < 0
+            {
+                causes.push(Cause::invalid(
+                    format!("spec.{field}"),
+                    format!("Invalid value: {n}: must be greater than or equal to 0"),
+                ));
+            }
+        }
+        if *self != Workload::Job {
+            let selector = spec.get("selector").filter(|s| s.is_object());
+            let labels = &spec["template"]["metadata"]["labels"];
+            match selector {
+                None => causes.push(Cause::required("spec.selector")),
+                Some(selector) => {
+                    let unmatched = selector["matchLabels"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .any(|(key, value)| labels.get(key) != Some(value));
+                    if unmatched {
+                        causes.push(Cause::invalid(
+                            "spec.template.metadata.labels",
+                            format!("Invalid value: {labels}: `selector` does not match template `labels`"),
+                        ));
+                    }
+                }
+            }
+        }
+        match spec.get("template").filter(|t| t.is_object()) {
+            None => causes.push(Cause::required("spec.template")),
+            Some(template) => causes.extend(crate::kinds::pod::template(template).into_iter().map(|mut cause| {
+                cause.field = format!("spec.template.{}", cause.field);
+                cause
+            })),
+        }
+        causes
+    }
+}
