@@ -53,9 +53,7 @@ pub struct Request<'a> {
     pub subresource: Subresource,
     pub namespace: &'a str,
     pub name: &'a str,
-    /// The object as it would be stored (for a delete, the stored one).
-    pub object: &'a Value,
-    /// The stored object, on an update.
+    /// The stored object, on an update or a delete.
     pub old: Option<&'a Value>,
     pub user: &'a UserInfo,
     pub dry_run: bool,
@@ -67,16 +65,18 @@ pub trait Mutating: Send + Sync {
         &'a self,
         cluster: Cluster<'a>,
         request: &'a Request<'a>,
-        obj: &'a mut Value,
+        object: &'a mut Value,
     ) -> BoxFuture<'a, Result<()>>;
 }
 
-/// A plugin that may refuse an object, or warn about it, just before it is stored.
+/// A plugin that may refuse an object, or warn about it, just before it is stored. `object` is the object as it
+/// would be stored (for a delete, the stored one).
 pub trait Validating: Send + Sync {
     fn validate<'a>(
         &'a self,
         cluster: Cluster<'a>,
         request: &'a Request<'a>,
+        object: &'a Value,
         warnings: &'a Warnings,
     ) -> BoxFuture<'a, Result<()>>;
 }
@@ -100,14 +100,22 @@ impl Chain {
         self
     }
 
+    pub(crate) async fn admit(&self, cluster: Cluster<'_>, request: &Request<'_>, object: &mut Value) -> Result<()> {
+        for plugin in &self.mutating {
+            plugin.admit(cluster, request, object).await?;
+        }
+        Ok(())
+    }
+
     pub(crate) async fn validate(
         &self,
         cluster: Cluster<'_>,
         request: &Request<'_>,
+        object: &Value,
         warnings: &Warnings,
     ) -> Result<()> {
         for plugin in &self.validating {
-            plugin.validate(cluster, request, warnings).await?;
+            plugin.validate(cluster, request, object, warnings).await?;
         }
         Ok(())
     }

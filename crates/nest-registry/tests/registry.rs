@@ -528,3 +528,77 @@ async fn events_k8s_io_serves_the_core_events_in_its_shape() {
     assert_eq!((event["type"].as_str(), event["object"]["note"].as_str()), (Some("ADDED"), Some("image pulled")));
     assert_eq!(event["object"]["apiVersion"], "events.k8s.io/v1");
 }
+
+#[tokio::test]
+async fn the_namespaces_every_cluster_needs_cannot_be_deleted() {
+    let f = Fixture::new().await;
+    f.registry.bootstrap(6443).await.unwrap();
+    let namespaces = f.r("", "namespaces");
+    for name in ["default", "kube-system", "kube-public"] {
+        let refused = f.registry.delete(&namespaces, "", name, &DeleteOptions::default()).await.unwrap_err();
+        assert_eq!(
+            (refused.code, refused.message.as_str()),
+            (403, format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted").as_str())
+        );
+        assert_eq!(f.registry.get(&namespaces, "", name).await.unwrap()["status"]["phase"], "Active");
+    }
+    // Any other namespace goes.
+    let deleted = f.registry.delete(&namespaces, "", "kube-node-lease", &DeleteOptions::default()).await.unwrap();
+    assert_eq!(deleted["status"]["phase"], "Terminating");
+}
+
+/// A validating plugin that refuses ConfigMaps labelled `refuse` and warns about those labelled `warn`.
+struct Picky;
+
+impl nest_registry::admission::Validating for Picky {
+    fn validate<'a>(
+        &'a self,
+        _cluster: nest_registry::strategy::Cluster<'a>,
+        request: &'a nest_registry::admission::Request<'a>,
+        object: &'a Value,
+        warnings: &'a nest_registry::admission::Warnings,
+    ) -> futures_util::future::BoxFuture<'a, nest_registry::Result<()>> {
+        Box::pin(async move {
+            let labels = &object["metadata"]["labels"];
+            if labels.get("warn").is_some() {
+                warnings.push(format!("{} {:?} by {:?} is odd", request.info.kind, request.name, request.user.name));
+            }
+            if labels.get("refuse").is_some() {
+                return Err(nest_registry::ApiError::forbidden(request.info, request.name, "refused"));
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn admission_sees_every_write_just_before_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path(), Default::default()).unwrap());
+    let chain = nest_registry::admission::Chain::standard().with_validating(Arc::new(Picky));
+    let registry = Registry::open(store).await.unwrap().with_admission(chain);
+    let namespaces = registry.resource("", "v1", "namespaces").unwrap();
+    registry.create(&namespaces, "", json!({"metadata": {"name": "ns"}}), false).await.unwrap();
+    let mut cms = registry.resource("", "v1", "configmaps").unwrap();
+    cms.user.name = "alice".into();
+
+    let refused = json!({"metadata": {"name": "a", "labels": {"refuse": ""}}});
+    assert_eq!(registry.create(&cms, "ns", refused, false).await.unwrap_err().code, 403);
+    assert_eq!(registry.get(&cms, "ns", "a").await.unwrap_err().code, 404);
+
+    registry.create(&cms, "ns", json!({"metadata": {"name": "a", "labels": {"warn": ""}}}), false).await.unwrap();
+    assert_eq!(cms.warnings.take(), ["ConfigMap \"a\" by \"alice\" is odd"]);
+    // An update is checked on the object it would store: a patch that adds the label is refused.
+    let patched = registry
+        .update_with(&cms, "ns", "a", Subresource::Main, false, |current| {
+            let mut next = current.clone();
+            next["metadata"]["labels"]["refuse"] = json!("");
+            Ok(next)
+        })
+        .await;
+    assert_eq!(patched.unwrap_err().code, 403);
+    assert!(registry.get(&cms, "ns", "a").await.unwrap()["metadata"]["labels"].get("refuse").is_none());
+    // The namespace lifecycle still runs first in the standard chain.
+    let elsewhere = registry.create(&cms, "nowhere", json!({"metadata": {"name": "b"}}), false).await.unwrap_err();
+    assert_eq!((elsewhere.code, elsewhere.message.as_str()), (404, "namespaces \"nowhere\" not found"));
+}

@@ -75,7 +75,11 @@ impl Strategy for Namespace {
     }
 }
 
-/// `NamespaceLifecycle`: refuses new objects in a namespace that does not exist (404) or is being deleted (403).
+/// The namespaces `NamespaceLifecycle` never lets go.
+const IMMORTAL: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// `NamespaceLifecycle`: refuses new objects in a namespace that does not exist (404) or is being deleted (403), and
+/// the deletion of the namespaces every cluster needs (403).
 pub struct Lifecycle;
 
 impl admission::Validating for Lifecycle {
@@ -83,9 +87,17 @@ impl admission::Validating for Lifecycle {
         &'a self,
         cluster: Cluster<'a>,
         request: &'a admission::Request<'a>,
+        _object: &'a Value,
         _warnings: &'a Warnings,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            if request.operation == Operation::Delete
+                && request.info.plural == "namespaces"
+                && request.info.group.is_empty()
+                && IMMORTAL.contains(&request.name)
+            {
+                return Err(ApiError::forbidden(request.info, request.name, "this namespace may not be deleted"));
+            }
             if request.operation != Operation::Create || !request.info.namespaced {
                 return Ok(());
             }

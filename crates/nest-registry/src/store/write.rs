@@ -123,6 +123,7 @@ impl Registry {
             metadata.insert("creationTimestamp".into(), json!(nest_core::clock::rfc3339_now()));
             metadata.insert("generation".into(), json!(1));
         }
+        self.admit(resource, Operation::Create, Subresource::Main, namespace, &given, &mut obj, None, dry_run).await?;
         resource.strategy.prepare_for_create(&mut obj);
         let check_name = if given.is_empty() { meta::generate_name(&generate) } else { given.clone() };
         Self::check_name(resource, &check_name)?;
@@ -180,12 +181,40 @@ impl Registry {
             subresource,
             namespace,
             name,
-            object,
             old,
             user: &resource.user,
             dry_run,
         };
-        self.admission.validate(self.cluster(), &request, &resource.warnings).await
+        self.admission.validate(self.cluster(), &request, object, &resource.warnings).await
+    }
+
+    /// Runs the mutating admission chain on a decoded object, before its kind prepares it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn admit(
+        &self,
+        resource: &Resource,
+        operation: Operation,
+        subresource: Subresource,
+        namespace: &str,
+        name: &str,
+        object: &mut Value,
+        old: Option<&Value>,
+        dry_run: bool,
+    ) -> Result<()> {
+        if self.admission.mutating.is_empty() {
+            return Ok(());
+        }
+        let request = admission::Request {
+            operation,
+            info: &resource.info,
+            subresource,
+            namespace,
+            name,
+            old,
+            user: &resource.user,
+            dry_run,
+        };
+        self.admission.admit(self.cluster(), &request, object).await
     }
 
     /// Stores a prepared object under its name, or under generated names until one is free.
@@ -296,6 +325,7 @@ impl Registry {
         }
         let mut body = body;
         resource.decode(&mut body)?;
+        self.admit(resource, Operation::Update, subresource, namespace, name, &mut body, Some(old), dry_run).await?;
         let mut obj = self.merge_update(resource, old, body, subresource)?;
         let causes = resource.strategy.validate_update(&obj, old);
         if !causes.is_empty() {
@@ -541,6 +571,17 @@ impl Registry {
                 .about(info, name)?
                 .ok_or_else(|| ApiError::not_found(info, name))?;
             let mut obj = Self::decode(info, &current)?;
+            self.validate_admission(
+                resource,
+                Operation::Delete,
+                Subresource::Main,
+                namespace,
+                name,
+                &obj,
+                Some(&obj),
+                options.dry_run,
+            )
+            .await?;
             if let Some(uid) = &options.precondition_uid
                 && uid != meta::meta_str(&obj, "uid")
             {
