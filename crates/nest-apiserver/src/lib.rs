@@ -51,6 +51,8 @@ pub struct Config {
     pub ca_files: Option<(PathBuf, PathBuf)>,
     /// The Kubernetes version to report (a 1.33 patch version such as `v1.33.2`); nest's default when unset.
     pub kubernetes_version: Option<String>,
+    /// Pod Security admission's defaults and exemptions.
+    pub pod_security: nest_registry::kinds::pod_security::Config,
 }
 
 /// A server that is listening.
@@ -93,7 +95,8 @@ pub async fn serve(
         Some(path) => Tokens::load(path)?,
         None => Tokens::default(),
     };
-    let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr);
+    let admission = nest_registry::admission::Chain::with_pod_security(config.pod_security.clone());
+    let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr).with_admission(admission);
     registry.bootstrap(address.port()).await?;
     let kubelet_tls = Arc::new(logs::kubelet_client(&pki)?);
     let kubernetes_version = config.kubernetes_version.clone();

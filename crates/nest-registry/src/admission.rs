@@ -89,9 +89,20 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// What every nest API server runs.
+    /// What every nest API server runs, with Pod Security's defaults (unlabelled namespaces are not checked).
     pub fn standard() -> Chain {
-        Chain { mutating: Vec::new(), validating: vec![Arc::new(crate::kinds::namespace::Lifecycle)] }
+        Chain::with_pod_security(crate::kinds::pod_security::Config::default())
+    }
+
+    /// [`Chain::standard`] with Pod Security configured: `NamespaceLifecycle`, then `PodSecurity`.
+    pub fn with_pod_security(config: crate::kinds::pod_security::Config) -> Chain {
+        Chain {
+            mutating: Vec::new(),
+            validating: vec![
+                Arc::new(crate::kinds::namespace::Lifecycle),
+                Arc::new(crate::kinds::pod_security::PodSecurity { config }),
+            ],
+        }
     }
 
     /// Adds a validating plugin at the end.

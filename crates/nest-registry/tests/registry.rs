@@ -602,3 +602,83 @@ async fn admission_sees_every_write_just_before_storage() {
     let elsewhere = registry.create(&cms, "nowhere", json!({"metadata": {"name": "b"}}), false).await.unwrap_err();
     assert_eq!((elsewhere.code, elsewhere.message.as_str()), (404, "namespaces \"nowhere\" not found"));
 }
+
+#[tokio::test]
+async fn pod_security_enforces_and_warns_by_namespace_labels() {
+    let f = Fixture::new().await;
+    let namespaces = f.r("", "namespaces");
+    let labelled = json!({"metadata": {"name": "tenant", "labels": {
+        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/warn": "restricted",
+    }}});
+    f.registry.create(&namespaces, "", labelled, false).await.unwrap();
+    let pods = f.r("", "pods");
+    let escape = json!({"metadata": {"name": "escape"}, "spec": {"hostPID": true, "containers": [
+        {"name": "c", "image": "nginx", "securityContext": {"privileged": true}},
+    ]}});
+    let refused = f.registry.create(&pods, "tenant", escape.clone(), false).await.unwrap_err();
+    assert_eq!(
+        (refused.code, refused.message.as_str()),
+        (
+            403,
+            r#"pods "escape" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostPID=true), privileged (container "c" must not set securityContext.privileged=true)"#
+        )
+    );
+    // The same pod where nothing is enforced, and a plain pod here, are created; the plain one with a warning.
+    f.registry.create(&pods, "ns", escape, false).await.unwrap();
+    let plain = json!({"metadata": {"name": "plain"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    f.registry.create(&pods, "tenant", plain, false).await.unwrap();
+    let warnings = pods.warnings.take();
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0].starts_with(r#"would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false"#)
+    );
+
+    // A workload's template is warned about, never refused.
+    let deployments = f.registry.resource("apps", "v1", "deployments").unwrap();
+    let deployment = json!({"metadata": {"name": "d"}, "spec": {
+        "selector": {"matchLabels": {"app": "d"}},
+        "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "nginx"}]}},
+    }});
+    f.registry.create(&deployments, "tenant", deployment, false).await.unwrap();
+    let warnings = deployments.warnings.take();
+    assert!(warnings.iter().any(|w| w.contains("host namespaces (hostNetwork=true)")), "{warnings:?}");
+
+    // An update that changes no image is not checked again; one that does is.
+    let existing = f.registry.get(&pods, "ns", "escape").await.unwrap();
+    f.registry
+        .update(
+            &namespaces,
+            "",
+            "ns",
+            {
+                let mut ns = f.registry.get(&namespaces, "", "ns").await.unwrap();
+                ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = json!("baseline");
+                ns
+            },
+            Subresource::Main,
+            false,
+        )
+        .await
+        .unwrap();
+    let mut relabelled = existing.clone();
+    relabelled["metadata"]["labels"] = json!({"x": "y"});
+    f.registry.update(&pods, "ns", "escape", relabelled, Subresource::Main, false).await.unwrap();
+    let mut reimaged = f.registry.get(&pods, "ns", "escape").await.unwrap();
+    reimaged["spec"]["containers"][0]["image"] = json!("nginx:2");
+    assert_eq!(
+        f.registry.update(&pods, "ns", "escape", reimaged, Subresource::Main, false).await.unwrap_err().code,
+        403
+    );
+
+    // Labels that name no level are refused.
+    let bad = json!({"metadata": {"name": "bad", "labels": {"pod-security.kubernetes.io/enforce": "strict"}}});
+    let refused = f.registry.create(&namespaces, "", bad, false).await.unwrap_err();
+    assert_eq!(
+        (refused.code, refused.message.as_str()),
+        (
+            422,
+            r#"Namespace "bad" is invalid: metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "strict": must be one of privileged, baseline, restricted"#
+        )
+    );
+}

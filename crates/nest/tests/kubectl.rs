@@ -454,3 +454,79 @@ fn kubectl_generator_commands_send_protobuf_and_are_understood() {
         );
     }
 }
+
+const PRIVILEGED_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: escape, namespace: locked}
+spec:
+  hostPID: true
+  containers: [{name: c, image: nginx, securityContext: {privileged: true}}]
+"#;
+
+const RESTRICTED_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hardened, namespace: locked}
+spec:
+  securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: nginx
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+"#;
+
+#[test]
+fn pod_security_labels_refuse_and_warn_as_kube_apiserver_does() {
+    let server = Server::start(&Storage::Embedded);
+    server.ok(&["create", "namespace", "locked"]);
+    server.ok(&[
+        "label",
+        "namespace",
+        "locked",
+        "pod-security.kubernetes.io/enforce=baseline",
+        "pod-security.kubernetes.io/warn=restricted",
+    ]);
+    let refused = server.create_refused(PRIVILEGED_POD);
+    assert!(
+        refused.contains(concat!(
+            r#"pods "escape" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostPID=true), "#,
+            r#"privileged (container "c" must not set securityContext.privileged=true)"#
+        )),
+        "{refused}"
+    );
+    // Workloads are warned about, not refused; kubectl prints the server's Warning header.
+    let out = server.kubectl(&["-n", "locked", "create", "deployment", "web", "--image=nginx"]);
+    assert!(out.status.success());
+    let warning = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warning.contains(r#"Warning: would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "nginx" must set securityContext.allowPrivilegeEscalation=false)"#),
+        "{warning}"
+    );
+    // A pod that meets the restricted level is created without a word.
+    server.ok(&["label", "namespace", "locked", "pod-security.kubernetes.io/enforce=restricted", "--overwrite"]);
+    let out = server.kubectl_with_input(&["create", "-f", "-"], Some(RESTRICTED_POD));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("Warning"));
+    // Labels must name a level.
+    let out =
+        server.kubectl(&["label", "namespace", "locked", "pod-security.kubernetes.io/enforce=strict", "--overwrite"]);
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        error.contains(r#"metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "strict": must be one of privileged, baseline, restricted"#),
+        "{error}"
+    );
+}
+
+#[test]
+fn pod_security_defaults_and_exemptions_come_from_flags() {
+    let server =
+        Server::start_with(&["--pod-security-enforce=baseline", "--pod-security-exempt-namespace=kube-system"]);
+    server.ok(&["create", "namespace", "locked"]);
+    let refused = server.create_refused(PRIVILEGED_POD);
+    assert!(refused.contains(r#"violates PodSecurity "baseline:latest""#), "{refused}");
+    server.apply_manifest(&PRIVILEGED_POD.replace("namespace: locked", "namespace: kube-system"));
+    // A namespace can still choose for itself.
+    server.ok(&["label", "namespace", "locked", "pod-security.kubernetes.io/enforce=privileged"]);
+    server.apply_manifest(PRIVILEGED_POD);
+}

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | Namespace (and the namespace lifecycle admission) | [`namespace`] |
 //! | Pod (and `pods/binding`) | [`pod`] |
+//! | Pod Security admission (pods and workload templates) | [`pod_security`] |
 //! | Service (ClusterIP allocation) | [`service`] |
 //! | ConfigMap, Secret | [`config`] |
 //! | Event (core and `events.k8s.io`) | [`event`] |
@@ -22,6 +23,7 @@ pub mod custom;
 pub mod event;
 pub mod namespace;
 pub mod pod;
+pub mod pod_security;
 pub mod rbac;
 pub mod service;
 pub mod workload;

@@ -38,6 +38,25 @@ pub struct Args {
     /// The Kubernetes version to report, a 1.33 patch version such as v1.33.2 (nest serves the 1.33 API).
     #[arg(long, value_name = "VERSION", value_parser = kubernetes_version)]
     kubernetes_version: Option<String>,
+    /// Pod Security's policy for namespaces without a `pod-security.kubernetes.io/enforce` label: LEVEL[:VERSION],
+    /// such as `baseline` or `restricted:v1.33`.
+    #[arg(long, value_name = "POLICY", default_value = "privileged", value_parser = pod_security_policy)]
+    pod_security_enforce: nest_registry::kinds::pod_security::Policy,
+    /// The same for the `warn` mode (Warning headers).
+    #[arg(long, value_name = "POLICY", default_value = "privileged", value_parser = pod_security_policy)]
+    pod_security_warn: nest_registry::kinds::pod_security::Policy,
+    /// The same for the `audit` mode.
+    #[arg(long, value_name = "POLICY", default_value = "privileged", value_parser = pod_security_policy)]
+    pod_security_audit: nest_registry::kinds::pod_security::Policy,
+    /// Users whose requests Pod Security never checks; repeatable.
+    #[arg(long = "pod-security-exempt-user", value_name = "USER")]
+    pod_security_exempt_users: Vec<String>,
+    /// Namespaces whose pods Pod Security never checks; repeatable.
+    #[arg(long = "pod-security-exempt-namespace", value_name = "NAMESPACE")]
+    pod_security_exempt_namespaces: Vec<String>,
+    /// Runtime classes whose pods Pod Security never checks; repeatable.
+    #[arg(long = "pod-security-exempt-runtime-class", value_name = "CLASS")]
+    pod_security_exempt_runtime_classes: Vec<String>,
     /// The CA that signed etcd's serving certificate (for `--storage etcd=https://…`).
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires_all = ["etcd_certfile", "etcd_keyfile"])]
     etcd_cafile: Option<PathBuf>,
@@ -47,6 +66,10 @@ pub struct Args {
     /// The client certificate's key.
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "etcd_cafile")]
     etcd_keyfile: Option<PathBuf>,
+}
+
+fn pod_security_policy(text: &str) -> Result<nest_registry::kinds::pod_security::Policy, String> {
+    nest_registry::kinds::pod_security::Policy::parse(text)
 }
 
 fn kubernetes_version(text: &str) -> Result<String, String> {
@@ -110,6 +133,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         service_cidr: args.service_cidr,
         ca_files: args.ca_cert_file.clone().zip(args.ca_key_file.clone()),
         kubernetes_version: args.kubernetes_version.clone(),
+        pod_security: nest_registry::kinds::pod_security::Config {
+            enforce: args.pod_security_enforce,
+            audit: args.pod_security_audit,
+            warn: args.pod_security_warn,
+            exempt_users: args.pod_security_exempt_users.clone(),
+            exempt_namespaces: args.pod_security_exempt_namespaces.clone(),
+            exempt_runtime_classes: args.pod_security_exempt_runtime_classes.clone(),
+        },
     };
     let ready = |serving: &nest_apiserver::Serving| {
         eprintln!(

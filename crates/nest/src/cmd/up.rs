@@ -58,6 +58,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         service_cidr: "127.96.0.0/16".parse().expect("a valid range"),
         ca_files: None,
         kubernetes_version: None,
+        pod_security: Default::default(),
     };
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
