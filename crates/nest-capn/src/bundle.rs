@@ -22,11 +22,20 @@ pub struct Shape {
     pub etcd_members: Option<i32>,
     /// The API servers (more than one needs an etcd).
     pub api_servers: Option<i32>,
+    /// The Pod Security level its workloads get in the management cluster ([`crate::api::POD_SECURITY_ANNOTATION`]);
+    /// the syncer's default when unset.
+    pub pod_security: Option<String>,
 }
 
 impl Default for Shape {
     fn default() -> Self {
-        Shape { version: DEFAULT_VERSION.into(), flavor: Flavor::Nest, etcd_members: None, api_servers: None }
+        Shape {
+            version: DEFAULT_VERSION.into(),
+            flavor: Flavor::Nest,
+            etcd_members: None,
+            api_servers: None,
+            pod_security: None,
+        }
     }
 }
 
@@ -43,8 +52,12 @@ pub fn bundle(name: &str, namespace: &str, shape: &Shape) -> (Cluster, NestedClu
         kind: kind.into(),
         name: name.into(),
     };
+    let mut cluster_meta = meta.clone();
+    if let Some(level) = &shape.pod_security {
+        cluster_meta.annotations = Some([(crate::api::POD_SECURITY_ANNOTATION.to_string(), level.clone())].into());
+    }
     let cluster = Cluster {
-        metadata: meta.clone(),
+        metadata: cluster_meta,
         spec: ClusterSpec {
             control_plane_ref: Some(reference(CONTROL_PLANE_GROUP, "NestedControlPlane")),
             infrastructure_ref: Some(reference(INFRASTRUCTURE_GROUP, "NestedCluster")),

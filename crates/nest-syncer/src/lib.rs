@@ -65,6 +65,9 @@ pub struct Options {
     /// Label and annotation prefixes that flow up: what the super cluster (its controllers, admission) sets under
     /// them on a super object appears on the tenant object.
     pub transparent_prefixes: Vec<String>,
+    /// The Pod Security level tenants' super namespaces enforce unless their control plane's annotation
+    /// (`tenancy.nest.dev/pod-security`) says otherwise.
+    pub pod_security: tenants::PodSecurityLevel,
 }
 
 impl Default for Options {
@@ -77,6 +80,7 @@ impl Default for Options {
             custom: Vec::new(),
             service_external_ips: false,
             transparent_prefixes: vec![names::TRANSPARENT_PREFIX.to_string()],
+            pod_security: tenants::PodSecurityLevel::Restricted,
         }
     }
 }

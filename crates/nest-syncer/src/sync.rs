@@ -194,26 +194,37 @@ async fn reconcile_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> ku
     }
 }
 
-/// The Pod Security level every tenant's super namespace enforces: a management cluster running kube-apiserver (or
-/// nest's, once it admits by these labels) refuses a tenant pod that asks for host namespaces, privileges or
-/// capabilities beyond it, whatever the tenant's own cluster allowed.
-pub(crate) const POD_SECURITY_LEVEL: &str = "baseline";
+/// The Pod Security labels of a tenant's super namespaces: the tenant's level enforced, audited and warned about,
+/// so the management cluster (kube-apiserver, or nest's) refuses a tenant pod that asks for host namespaces,
+/// privileges or capabilities beyond it, whatever the tenant's own cluster allowed, and the tenant is told why.
+pub(crate) fn pod_security_labels(tenant: &Tenant) -> std::collections::BTreeMap<String, String> {
+    let level = tenant.pod_security.read().expect("the level lock").as_str();
+    let mut labels = std::collections::BTreeMap::new();
+    for mode in ["enforce", "audit", "warn"] {
+        labels.insert(format!("pod-security.kubernetes.io/{mode}"), level.to_string());
+        labels.insert(format!("pod-security.kubernetes.io/{mode}-version"), "latest".to_string());
+    }
+    labels
+}
 
 async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube::Result<()> {
     let super_name = names::super_namespace(&tenant.key, name);
+    let wanted = pod_security_labels(tenant);
     if let Some(existing) = syncer.super_namespaces.get(&ObjectRef::new(&super_name)) {
         // A namespace of that name that is not this tenant's is never used: its objects are someone else's.
         if existing.labels().get(TENANT_LABEL) != Some(&tenant.key) {
             return Err(not_ours(&super_name));
         }
+        // The platform admin changed the tenant's level: the namespace follows.
+        if wanted.iter().any(|(key, value)| existing.labels().get(key) != Some(value)) {
+            let api: Api<Namespace> = Api::all(syncer.super_client.clone());
+            let patch = serde_json::json!({"metadata": {"labels": wanted}});
+            api.patch(&super_name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await?;
+        }
         return Ok(());
     }
-    let mut labels: std::collections::BTreeMap<String, String> =
-        [(TENANT_LABEL.to_string(), tenant.key.clone())].into();
-    for mode in ["enforce", "audit", "warn"] {
-        labels.insert(format!("pod-security.kubernetes.io/{mode}"), POD_SECURITY_LEVEL.into());
-        labels.insert(format!("pod-security.kubernetes.io/{mode}-version"), "latest".into());
-    }
+    let mut labels = wanted;
+    labels.insert(TENANT_LABEL.to_string(), tenant.key.clone());
     let namespace = Namespace {
         metadata: ObjectMeta {
             name: Some(super_name.clone()),

@@ -44,6 +44,9 @@ pub struct Tenant {
     pub kind_ready: Vec<AtomicBool>,
     /// Whether the tenant's API server answered the last check.
     pub healthy: AtomicBool,
+    /// The Pod Security level its super namespaces enforce (annotation [`POD_SECURITY_ANNOTATION`], else the
+    /// syncer's `--pod-security-level`); followed when the platform admin changes it.
+    pub pod_security: std::sync::RwLock<PodSecurityLevel>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -59,12 +62,47 @@ impl Drop for Tenant {
 /// a tenant of weight 3 gets three items per turn to another's one.
 pub const WEIGHT_ANNOTATION: &str = "tenancy.nest.dev/weight";
 
+/// The annotation on a Cluster (or its NestedControlPlane) choosing the Pod Security level its tenant's super
+/// namespaces enforce: `privileged`, `baseline` or `restricted`. Only the platform admin writes these objects; a
+/// value that names no level is taken as `restricted`.
+pub use nest_capn::api::POD_SECURITY_ANNOTATION;
+
+/// A level of the Pod Security Standards, as its namespace label value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodSecurityLevel {
+    Privileged,
+    Baseline,
+    Restricted,
+}
+
+impl PodSecurityLevel {
+    /// The level `text` names, if any.
+    pub fn parse(text: &str) -> Option<PodSecurityLevel> {
+        match text {
+            "privileged" => Some(PodSecurityLevel::Privileged),
+            "baseline" => Some(PodSecurityLevel::Baseline),
+            "restricted" => Some(PodSecurityLevel::Restricted),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodSecurityLevel::Privileged => "privileged",
+            PodSecurityLevel::Baseline => "baseline",
+            PodSecurityLevel::Restricted => "restricted",
+        }
+    }
+}
+
 /// A control plane found in the super cluster.
 struct Found {
     key: String,
     plane: String,
     /// The tenant's share of the work queue (annotation [`WEIGHT_ANNOTATION`], default 1).
     weight: u32,
+    /// The annotation [`POD_SECURITY_ANNOTATION`], if set.
+    pod_security: Option<String>,
     namespace: String,
     cluster: String,
     /// Ready, with an endpoint.
@@ -116,10 +154,14 @@ async fn look(planes: &Api<NestedControlPlane>, clusters: &Api<Cluster>) -> kube
             .or_else(|| plane.annotations().get(WEIGHT_ANNOTATION).cloned())
             .and_then(|w| w.parse().ok())
             .unwrap_or(1);
+        let pod_security = cluster
+            .and_then(|c| c.annotations().get(POD_SECURITY_ANNOTATION).cloned())
+            .or_else(|| plane.annotations().get(POD_SECURITY_ANNOTATION).cloned());
         found.push(Found {
             key: names::cluster_key(&namespace, &cluster_name, &uid),
             plane: plane.name_any(),
             weight,
+            pod_security,
             namespace,
             cluster: cluster_name,
             endpoint: endpoint.map(|e| (e.host, e.port)),
@@ -148,7 +190,8 @@ async fn reconcile(syncer: &Arc<Syncer>, found: &[Found]) {
     for candidate in found.iter().filter(|f| !f.gone) {
         syncer.queue.set_weight(&candidate.key, candidate.weight);
         let Some(endpoint) = &candidate.endpoint else { continue };
-        if syncer.tenant(&candidate.key).is_some() {
+        if let Some(running) = syncer.tenant(&candidate.key) {
+            *running.pod_security.write().expect("the level lock") = level_of(syncer, candidate);
             continue;
         }
         match start(syncer, candidate, endpoint.clone()).await {
@@ -182,6 +225,17 @@ async fn sweep_orphans(syncer: &Syncer, known: &BTreeSet<&str>) {
     for key in orphans {
         tracing::info!(tenant = %key, "removing the objects of a tenant that no longer exists");
         remove_everything(syncer, &key).await;
+    }
+}
+
+/// The level a found tenant's namespaces enforce.
+fn level_of(syncer: &Syncer, found: &Found) -> PodSecurityLevel {
+    match found.pod_security.as_deref() {
+        None => syncer.options.pod_security,
+        Some(text) => PodSecurityLevel::parse(text).unwrap_or_else(|| {
+            tracing::warn!(tenant = %found.key, value = %text, "{POD_SECURITY_ANNOTATION} names no level; restricted");
+            PodSecurityLevel::Restricted
+        }),
     }
 }
 
@@ -276,6 +330,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         ready: AtomicBool::new(false),
         kind_ready: syncer.kinds.iter().map(|_| AtomicBool::new(false)).collect(),
         healthy: AtomicBool::new(true),
+        pod_security: std::sync::RwLock::new(level_of(syncer, found)),
         tasks: std::sync::Mutex::new(Vec::new()),
     });
     let patrol = tokio::spawn(patrol(syncer.clone(), Arc::downgrade(&tenant)));

@@ -178,6 +178,36 @@ spec:
         nodes["items"].as_array().unwrap().iter().filter_map(|n| n["metadata"]["name"].as_str()).collect();
     assert_eq!(names, ["nest-node-0"], "a node from inside a pod registered");
 
+    // What the tenant's own cluster allows, the management cluster refuses: demo's pods are admitted at Pod Security
+    // baseline there, and the tenant is told which fields it refused.
+    let escape = cache.path().join("escape.yaml");
+    std::fs::write(
+        &escape,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: escape}\nspec:\n  hostPID: true\n  containers:\n  - {name: main, \
+         image: nest, args: [debug, cat, /etc/shadow], securityContext: {privileged: true}}\n",
+    )
+    .unwrap();
+    let created = kubectl(&demo, cache.path(), &["create", "-f", &escape.display().to_string()]);
+    assert!(
+        created.status.success(),
+        "the tenant's own API server takes it: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    eventually(60, "a SyncFailed Event naming the refused fields", || {
+        let events = json(&demo, cache.path(), &["get", "events", "--field-selector", "involvedObject.name=escape"]);
+        events["items"].as_array().unwrap().iter().any(|e| {
+            e["reason"] == "SyncFailed"
+                && e["message"].as_str().is_some_and(|m| {
+                    m.contains(concat!(
+                        r#"violates PodSecurity "baseline:latest": host namespaces (hostPID=true), privileged "#,
+                        r#"(container "main" must not set securityContext.privileged=true)"#
+                    ))
+                })
+        })
+    });
+    let everywhere = json(&admin, cache.path(), &["get", "pods", "-A", "--field-selector", "metadata.name=escape"]);
+    assert_eq!(everywhere["items"].as_array().unwrap().len(), 0, "the escape reached the management cluster");
+
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
     assert!(processes_with(&marker).is_empty(), "a sandboxed process outlived nest up");
 }

@@ -140,8 +140,8 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     ];
     let mut syncer = Component::run(&server, &syncer_args);
     eventually(60, "the manager's CRDs served", || server.kubectl(&["get", "nestedcontrolplanes"]).status.success());
-    nest(&server, &["cluster", "create", "a", "--wait", "--timeout", "60s"]);
-    nest(&server, &["cluster", "create", "b", "--wait", "--timeout", "60s"]);
+    nest(&server, &["cluster", "create", "a", "--pod-security", "baseline", "--wait", "--timeout", "60s"]);
+    nest(&server, &["cluster", "create", "b", "--pod-security", "baseline", "--wait", "--timeout", "60s"]);
     let dir = work.path();
 
     // Three pods in a: in its super namespace, running on the super node; in a, Running on a virtual node of the
@@ -385,9 +385,10 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         server.kubectl(&["get", "configmap", "settings", "-n", &frozen]).status.success()
     });
 
-    // Issue 18: every super namespace enforces Pod Security baseline (a kube-apiserver management cluster then refuses
-    // a tenant pod asking for more), and a namespace of the name the syncer would use, made by someone else, is never
-    // used: the tenant is told, and nothing of it lands there.
+    // Issue 18: every super namespace enforces the tenant's Pod Security level (here baseline, as `nest cluster
+    // create --pod-security` asked; see pod_security_is_the_platform_admins_choice_per_tenant), and a namespace of
+    // the name the syncer would use, made by someone else, is never used: the tenant is told, and nothing of it lands
+    // there.
     let labels = server.json(&["get", "namespace", &a_default])["metadata"]["labels"].clone();
     for mode in ["enforce", "audit", "warn"] {
         assert_eq!(labels[format!("pod-security.kubernetes.io/{mode}")], "baseline", "{labels}");
@@ -517,8 +518,8 @@ fn a_tenant_with_thousands_of_pods_does_not_starve_another() {
     let (server, _components) = management("127.124.0.0/16", "127.24.0.0/16", node_dir.path());
     let _syncer = Component::run(&server, &["syncer"]);
     eventually(60, "the manager's CRDs served", || server.kubectl(&["get", "nestedcontrolplanes"]).status.success());
-    nest(&server, &["cluster", "create", "busy", "--wait", "--timeout", "60s"]);
-    nest(&server, &["cluster", "create", "quiet", "--wait", "--timeout", "60s"]);
+    nest(&server, &["cluster", "create", "busy", "--pod-security", "baseline", "--wait", "--timeout", "60s"]);
+    nest(&server, &["cluster", "create", "quiet", "--pod-security", "baseline", "--wait", "--timeout", "60s"]);
     let dir = work.path();
     let busy = dir.join("busy.yaml");
     std::fs::write(&busy, BUSY).unwrap();
@@ -555,3 +556,92 @@ spec:
       schedulerName: nobody
       containers: [{name: c, image: nginx}]
 "#;
+
+/// A pod that passes the restricted level of the Pod Security Standards.
+const HARDENED: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hardened}
+spec:
+  securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: nginx
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+"#;
+
+/// What a tenant asks of the host is refused by the management cluster's Pod Security admission, at the level the
+/// platform admin chose for the tenant (the syncer's default, restricted, unless its Cluster's
+/// `tenancy.nest.dev/pod-security` annotation says otherwise), and the tenant sees why as a SyncFailed Event naming
+/// the field.
+#[test]
+fn pod_security_is_the_platform_admins_choice_per_tenant() {
+    let node_dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (server, _components) = management("127.125.0.0/16", "127.25.0.0/16", node_dir.path());
+    let _syncer = Component::run(&server, &["syncer", "--patrol-seconds", "2"]);
+    eventually(60, "the manager's CRDs served", || server.kubectl(&["get", "nestedcontrolplanes"]).status.success());
+    nest(&server, &["cluster", "create", "strict", "--wait", "--timeout", "60s"]);
+    let dir = work.path();
+    let sync_failed = |pod: &str, needle: &str| {
+        let selector = format!("involvedObject.name={pod}");
+        let events = items(&tenant_json(&server, "strict", dir, &["get", "events", "--field-selector", &selector]));
+        events.iter().any(|e| e["reason"] == "SyncFailed" && e["message"].as_str().is_some_and(|m| m.contains(needle)))
+    };
+
+    // Restricted: a plain pod is refused, naming every field; a hardened one runs.
+    tenant_ok(&server, "strict", dir, &["run", "plain", "--image=nginx"]);
+    let hardened = dir.join("hardened.yaml");
+    std::fs::write(&hardened, HARDENED).unwrap();
+    tenant_ok(&server, "strict", dir, &["create", "-f", hardened.to_str().unwrap()]);
+    eventually(60, "a SyncFailed Event saying what restricted refuses", || {
+        sync_failed(
+            "plain",
+            concat!(
+                r#"violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "plain" must "#,
+                r#"set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container "plain" "#,
+                r#"must set securityContext.capabilities.drop=["ALL"]), runAsNonRoot != true"#
+            ),
+        )
+    });
+    eventually(60, "the hardened pod Running", || {
+        tenant_json(&server, "strict", dir, &["get", "pod", "hardened"])["status"]["phase"] == "Running"
+    });
+    let strict_default = super_namespace(&server, "strict", "default").unwrap();
+    let level = |mode: &str| {
+        let labels = server.json(&["get", "namespace", &strict_default])["metadata"]["labels"].clone();
+        labels[format!("pod-security.kubernetes.io/{mode}")].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!([level("enforce"), level("audit"), level("warn")], ["restricted", "restricted", "restricted"]);
+    assert!(!server.kubectl(&["get", "pod", "plain", "-n", &strict_default]).status.success());
+
+    // The platform admin relaxes the tenant to baseline: its namespaces follow, and the plain pod runs. A tenant
+    // cannot do this itself: the annotation is on its Cluster, in the management cluster.
+    server.ok(&["annotate", "cluster", "strict", "tenancy.nest.dev/pod-security=baseline"]);
+    eventually(60, "the super namespace at baseline", || level("enforce") == "baseline");
+    eventually(60, "the plain pod Running", || {
+        tenant_json(&server, "strict", dir, &["get", "pod", "plain"])["status"]["phase"] == "Running"
+    });
+    // Baseline still refuses what reaches the host.
+    let escape = dir.join("escape.yaml");
+    std::fs::write(
+        &escape,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: escape}\nspec:\n  hostNetwork: true\n  volumes: [{name: root, \
+         hostPath: {path: /}}]\n  containers:\n  - {name: c, image: nginx, securityContext: {privileged: true, \
+         capabilities: {add: [SYS_ADMIN]}}, ports: [{containerPort: 22, hostPort: 22}]}\n",
+    )
+    .unwrap();
+    tenant_ok(&server, "strict", dir, &["create", "-f", escape.to_str().unwrap()]);
+    eventually(60, "a SyncFailed Event naming each escape", || {
+        sync_failed(
+            "escape",
+            concat!(
+                r#"violates PodSecurity "baseline:latest": non-default capabilities (container "c" must not include "#,
+                r#""SYS_ADMIN" in securityContext.capabilities.add), host namespaces (hostNetwork=true), hostPath "#,
+                r#"volumes (volume "root"), hostPort (container "c" uses hostPort 22), privileged (container "c" must "#,
+                r#"not set securityContext.privileged=true)"#
+            ),
+        )
+    });
+    assert!(!server.kubectl(&["get", "pod", "escape", "-n", &strict_default]).status.success());
+}

@@ -161,7 +161,7 @@ fn items(list: &serde_json::Value) -> Vec<serde_json::Value> {
 fn two_tenants_share_the_node(kubeconfig: &Path, cache: &Path) {
     for name in ["a", "b"] {
         let out = Command::new(env!("CARGO_BIN_EXE_nest"))
-            .args(["cluster", "create", name, "--wait", "--timeout", "90s"])
+            .args(["cluster", "create", name, "--pod-security", "baseline", "--wait", "--timeout", "90s"])
             .env("KUBECONFIG", kubeconfig)
             .output()
             .unwrap();

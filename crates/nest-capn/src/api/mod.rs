@@ -27,6 +27,10 @@ pub const INFRASTRUCTURE_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// The annotation that pauses reconciliation of an object.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// On a Cluster (or its NestedControlPlane): the Pod Security level (`privileged`, `baseline` or `restricted`) the
+/// tenant's namespaces in the management cluster enforce, instead of the syncer's default. Only the platform admin
+/// writes these objects; the tenant cannot.
+pub const POD_SECURITY_ANNOTATION: &str = "tenancy.nest.dev/pod-security";
 
 /// A reachable Kubernetes API endpoint (Cluster API's `APIEndpoint`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -201,7 +201,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 let name = format!("t{i}-p{j}");
                 let pod: Pod = serde_json::from_value(json!({
                     "metadata": {"name": name},
-                    "spec": {"containers": [{"name": "c", "image": "registry.example/app:1"}]},
+                    // Restricted, as the syncer's super namespaces enforce by default.
+                    "spec": {
+                        "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "c", "image": "registry.example/app:1", "securityContext": {
+                            "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                        }}],
+                    },
                 }))?;
                 created.lock().expect("lock").insert(name, Instant::now());
                 pods.create(&PostParams::default(), &pod).await?;

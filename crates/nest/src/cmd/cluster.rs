@@ -43,6 +43,10 @@ enum Command {
         /// How many API servers run (more than one needs --etcd-members).
         #[arg(long, value_name = "N", requires = "etcd_members")]
         api_servers: Option<i32>,
+        /// The Pod Security level its pods get in the management cluster (the syncer's default, `restricted`, when
+        /// unset): sets the Cluster's `tenancy.nest.dev/pod-security` annotation.
+        #[arg(long, value_name = "LEVEL", value_parser = clap::builder::PossibleValuesParser::new(["privileged", "baseline", "restricted"]))]
+        pod_security: Option<String>,
         /// Wait until the cluster is ready, showing progress.
         #[arg(long)]
         wait: bool,
@@ -90,9 +94,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (client, _) = nest_controllers::connect(&path).await?;
     let namespace = args.namespace.as_str();
     match args.command {
-        Command::Create { name, version, flavor, etcd_members, api_servers, wait, timeout } => {
+        Command::Create { name, version, flavor, etcd_members, api_servers, pod_security, wait, timeout } => {
             let etcd_members = etcd_members.map(|n| n.parse().expect("one of 1, 3, 5"));
-            let shape = nest_capn::bundle::Shape { version, flavor, etcd_members, api_servers };
+            let shape = nest_capn::bundle::Shape { version, flavor, etcd_members, api_servers, pod_security };
             nest_capn::bundle::create(&client, &name, namespace, &shape)
                 .await
                 .context("creating the cluster (is `nest manager` running, with its CRDs installed?)")?;

@@ -33,6 +33,15 @@ pub struct Args {
     /// `transparency.tenancy.nest.dev/`).
     #[arg(long = "transparent-prefix", value_name = "PREFIX")]
     transparent_prefixes: Vec<String>,
+    /// The Pod Security level tenants' namespaces enforce in the management cluster, unless a tenant's Cluster says
+    /// otherwise (annotation `tenancy.nest.dev/pod-security`).
+    #[arg(long, value_name = "LEVEL", default_value = "restricted", value_parser = parse_level)]
+    pod_security_level: nest_syncer::tenants::PodSecurityLevel,
+}
+
+pub fn parse_level(text: &str) -> Result<nest_syncer::tenants::PodSecurityLevel, String> {
+    nest_syncer::tenants::PodSecurityLevel::parse(text)
+        .ok_or_else(|| format!("{text:?} is not privileged, baseline or restricted"))
 }
 
 pub fn parse_gvk(text: &str) -> Result<(String, String, String), String> {
@@ -51,6 +60,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         } else {
             args.transparent_prefixes.clone()
         },
+        pod_security: args.pod_security_level,
         ..Default::default()
     };
     let (syncer, running) = nest_syncer::start(client, options);

@@ -25,13 +25,23 @@ pub struct Args {
     /// syncer --help`).
     #[arg(long = "sync-resource", value_name = "GROUP/VERSION/KIND", value_parser = super::syncer::parse_gvk)]
     sync_resources: Vec<(String, String, String)>,
+    /// The Pod Security level tenants' pods get in this management cluster unless their Cluster says otherwise
+    /// (`nest cluster create --pod-security`).
+    #[arg(long, value_name = "LEVEL", default_value = "restricted", value_parser = super::syncer::parse_level)]
+    pod_security_level: nest_syncer::tenants::PodSecurityLevel,
 }
+
+/// The Pod Security level of the `demo` tenant: `baseline`, so that the images people try first (`nginx`, which runs
+/// as root in its user namespace) run, while host namespaces, privileges, extra capabilities and host paths stay
+/// refused.
+const DEMO_POD_SECURITY: &str = "baseline";
 
 /// Creates the `demo` cluster once the manager has installed the CRDs, and marks the data directory so that it is
 /// created only once (a deleted demo stays deleted).
 async fn create_demo(client: kube::Client, marker: PathBuf) {
     for _ in 0..120 {
-        let result = nest_capn::bundle::create(&client, "demo", "default", &Default::default()).await;
+        let shape = nest_capn::bundle::Shape { pod_security: Some(DEMO_POD_SECURITY.into()), ..Default::default() };
+        let result = nest_capn::bundle::create(&client, "demo", "default", &shape).await;
         match result {
             Ok(()) => {
                 let _ = std::fs::write(&marker, "the demo cluster was created\n");
@@ -89,7 +99,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(nest_scheduler::run(client.clone()));
     tokio::spawn(nest_node::proxy::run(client.clone()));
     tokio::spawn(super::manager::manage(client.clone(), Default::default(), nest_capn::controllers::Set::ALL, true));
-    let syncing = nest_syncer::Options { custom: args.sync_resources.clone(), ..Default::default() };
+    let syncing = nest_syncer::Options {
+        custom: args.sync_resources.clone(),
+        pod_security: args.pod_security_level,
+        ..Default::default()
+    };
     tokio::spawn(nest_syncer::run(client.clone(), syncing));
     let marker = args.data_dir.join("demo-created");
     let demo = !args.no_demo && !marker.exists();
