@@ -5,6 +5,7 @@
 //! - [`clock`]: now, as Kubernetes writes timestamps (RFC 3339, whole seconds, UTC);
 //! - [`quantity`]: resource quantities (`100m`, `1Gi`) as numbers;
 //! - [`patch`]: JSON Patch (RFC 6902) and JSON merge patch (RFC 7386), as kube-apiserver applies them;
+//! - [`pod_security`]: the lists the Pod Security Standards fix (baseline's capabilities);
 //! - [`json::covers`]: whether one JSON document sets every field of another (what drift means to a controller).
 
 #![forbid(unsafe_code)]
@@ -14,4 +15,5 @@ pub mod base64;
 pub mod clock;
 pub mod json;
 pub mod patch;
+pub mod pod_security;
 pub mod quantity;

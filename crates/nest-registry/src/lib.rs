@@ -3,8 +3,9 @@
 //! Three layers, after kube-apiserver's `registry/generic`: [`nest_storage`] (compare-and-swap over revisions) below;
 //! [`store::Registry`], one generic store implementing every REST verb once (conflicts, generated names, dry-run,
 //! finalizers, selectors, pagination, watch); and a small [`strategy::Strategy`] per kind holding only that kind's
-//! policy. The [`catalog`] says which resources exist; [`error::ApiError`] is every request error, and
-//! [`error::ApiError::to_status`] the one place it becomes a Kubernetes `Status`.
+//! policy, one file per kind under [`kinds`]. Between a validated object and storage runs the [`admission`] chain
+//! (NamespaceLifecycle, PodSecurity). The [`catalog`] says which resources exist; [`error::ApiError`] is every
+//! request error, and [`error::ApiError::to_status`] the one place it becomes a Kubernetes `Status`.
 //!
 //! Start with [`store::Registry`].
 

@@ -56,22 +56,8 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 const BUNDLES: &str = "/run/nest/sandboxes";
 
 /// The capabilities Pod Security "baseline" lets a container keep or add, and what a container gets unless it drops
-/// them (containerd's defaults, without `NET_RAW`, which baseline does not allow).
-pub const BASELINE_CAPABILITIES: &[&str] = &[
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
+/// them.
+pub use nest_core::pod_security::BASELINE_CAPABILITIES;
 
 /// System calls the seccomp filter refuses with `EPERM`: those Kubernetes' `RuntimeDefault` (the runtimes' default
 /// profiles) does not allow an unprivileged container, by name. Names the host's libseccomp does not know are skipped

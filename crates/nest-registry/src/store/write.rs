@@ -1,9 +1,10 @@
 //! CREATE, UPDATE (PUT, PATCH and subresources) and DELETE: the lifecycle of a write.
 
-use nest_storage::Revision;
+use nest_storage::{KeyValue, Revision};
 use serde_json::{Value, json};
 
 use crate::admission::{self, Operation};
+use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Cause, Result, StorageResult};
 use crate::meta;
 
@@ -162,6 +163,11 @@ impl Registry {
         created
     }
 
+    /// The stored item at `key` (the object `name` of `info`), or a 404.
+    async fn stored_item(&self, info: &ResourceInfo, key: &str, name: &str) -> Result<KeyValue> {
+        self.store.get(key.as_bytes()).await.about(info, name)?.ok_or_else(|| ApiError::not_found(info, name))
+    }
+
     /// Runs the validating admission chain on an object about to be stored.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn validate_admission(
@@ -175,16 +181,7 @@ impl Registry {
         old: Option<&Value>,
         dry_run: bool,
     ) -> Result<()> {
-        let request = admission::Request {
-            operation,
-            info: &resource.info,
-            subresource,
-            namespace,
-            name,
-            old,
-            user: &resource.user,
-            dry_run,
-        };
+        let request = admission_request(resource, operation, subresource, namespace, name, old, dry_run);
         self.admission.validate(self.cluster(), &request, object, &resource.warnings).await
     }
 
@@ -204,16 +201,7 @@ impl Registry {
         if self.admission.mutating.is_empty() {
             return Ok(());
         }
-        let request = admission::Request {
-            operation,
-            info: &resource.info,
-            subresource,
-            namespace,
-            name,
-            old,
-            user: &resource.user,
-            dry_run,
-        };
+        let request = admission_request(resource, operation, subresource, namespace, name, old, dry_run);
         self.admission.admit(self.cluster(), &request, object).await
     }
 
@@ -285,8 +273,7 @@ impl Registry {
             )));
         }
         let key = Self::key(info, namespace, name);
-        let current =
-            self.store.get(key.as_bytes()).await.about(info, name)?.ok_or_else(|| ApiError::not_found(info, name))?;
+        let current = self.stored_item(info, &key, name).await?;
         let old = Self::decode(info, &current)?;
         if info.custom && meta::meta_str(&body, "resourceVersion").is_empty() {
             return Err(ApiError::invalid(
@@ -501,12 +488,7 @@ impl Registry {
         let info = &resource.info;
         let key = Self::key(info, namespace, name);
         for _ in 0..16 {
-            let current = self
-                .store
-                .get(key.as_bytes())
-                .await
-                .about(info, name)?
-                .ok_or_else(|| ApiError::not_found(info, name))?;
+            let current = self.stored_item(info, &key, name).await?;
             let old = Self::decode(info, &current)?;
             let body = change(&old)?;
             Self::check_identity(resource, namespace, &body)?;
@@ -564,12 +546,7 @@ impl Registry {
         let info = &resource.info;
         let key = Self::key(info, namespace, name);
         for _ in 0..16 {
-            let current = self
-                .store
-                .get(key.as_bytes())
-                .await
-                .about(info, name)?
-                .ok_or_else(|| ApiError::not_found(info, name))?;
+            let current = self.stored_item(info, &key, name).await?;
             let mut obj = Self::decode(info, &current)?;
             self.validate_admission(
                 resource,
@@ -662,5 +639,27 @@ impl Registry {
             }
         }
         Err(ApiError::conflict(info, name))
+    }
+}
+
+/// The admission chain's view of a request.
+fn admission_request<'a>(
+    resource: &'a Resource,
+    operation: Operation,
+    subresource: Subresource,
+    namespace: &'a str,
+    name: &'a str,
+    old: Option<&'a Value>,
+    dry_run: bool,
+) -> admission::Request<'a> {
+    admission::Request {
+        operation,
+        info: &resource.info,
+        subresource,
+        namespace,
+        name,
+        old,
+        user: &resource.user,
+        dry_run,
     }
 }

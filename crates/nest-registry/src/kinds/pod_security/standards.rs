@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 
+use nest_core::pod_security::BASELINE_CAPABILITIES;
 use serde_json::Value;
 
 /// The newest policy version this server evaluates (its Kubernetes minor version): `latest` means this one.
@@ -236,22 +237,6 @@ fn privileged(pod: &PodView, _: u32) -> Option<Violation> {
     }
     violation("privileged", format!("{} must not set securityContext.privileged=true", containers_phrase(&bad)))
 }
-
-const BASELINE_CAPABILITIES: &[&str] = &[
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
 
 /// The capabilities each container adds that `allowed` does not list: the containers, and the capabilities pooled.
 fn added_beyond<'p>(pod: &'p PodView, allowed: &[&str]) -> (Vec<&'p str>, Vec<&'p str>) {
