@@ -4,8 +4,9 @@
 //! status, the node a pod runs on (as a *virtual node* in the tenant), service addresses, claim status. One process
 //! serves every tenant.
 //!
-//! - [`tenants`]: finds tenants (NestedControlPlanes that are ready, through their `<cluster>-kubeconfig` Secret),
-//!   starts a watch of each synced kind in each, and removes everything of a tenant that is deleted.
+//! - [`tenants`]: finds tenants by watching NestedControlPlanes and Clusters, starts a watch of each synced kind in
+//!   each (through its `<cluster>-kubeconfig` Secret), and removes everything of a tenant that is deleted, as its
+//!   [`lifecycle`] (a state machine) says.
 //! - [`kinds`]: the registry of synced kinds and how a tenant object becomes its super object.
 //! - [`sync`]: the reconcile of one object, both ways; it only ever changes super objects whose tenant UID annotation
 //!   matches.
@@ -23,6 +24,7 @@
 pub mod events;
 pub mod kinds;
 pub mod kubelet;
+pub mod lifecycle;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
@@ -192,7 +194,10 @@ pub struct Syncer {
     pub options: Options,
     pub kinds: Vec<Kind>,
     pub queue: Queue<Item>,
+    /// The tenants that have been started (their clients, watches and caches), by key.
     pub tenants: RwLock<BTreeMap<String, Arc<Tenant>>>,
+    /// Where every known tenant is in its life ([`lifecycle`]), by key: the one record of it.
+    pub lifecycle: std::sync::Mutex<BTreeMap<String, lifecycle::Phase>>,
     /// How many of `kinds` are built in (the rest are configured custom resources).
     pub built_in: usize,
     /// The super objects of every tenant, one store per kind (only objects labelled with a tenant).
@@ -216,6 +221,11 @@ pub struct Syncer {
 impl Syncer {
     pub fn tenant(&self, key: &str) -> Option<Arc<Tenant>> {
         self.tenants.read().expect("the tenants lock").get(key).cloned()
+    }
+
+    /// Where tenant `key` is in its life, if it is known.
+    pub fn phase(&self, key: &str) -> Option<lifecycle::Phase> {
+        self.lifecycle.lock().expect("the lifecycle lock").get(key).copied()
     }
 }
 
@@ -328,6 +338,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         built_in,
         queue: Queue::default(),
         tenants: RwLock::new(BTreeMap::new()),
+        lifecycle: std::sync::Mutex::new(BTreeMap::new()),
         super_objects,
         super_namespaces,
         super_nodes,

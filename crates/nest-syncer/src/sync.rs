@@ -40,7 +40,7 @@ pub async fn work(syncer: Arc<Syncer>) {
         let (key, item, waited) = syncer.queue.next().await;
         syncer.metrics.waited(&key, waited);
         if let Some(tenant) = syncer.tenant(&key) {
-            if tenant.ready.load(std::sync::atomic::Ordering::SeqCst) {
+            if syncer.phase(&key).is_some_and(crate::lifecycle::Phase::syncs) {
                 let began = Instant::now();
                 let kind = match &item {
                     Item::Object { kind, .. } => syncer.kinds[*kind].name,

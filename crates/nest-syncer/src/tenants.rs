@@ -1,7 +1,8 @@
-//! Tenants: found among the management cluster's NestedControlPlanes, started once their control plane is ready
-//! (through the `<cluster>-kubeconfig` Secret), kept while they exist — also while their API server is down, when
-//! they are marked unhealthy and their watches retry — and cleaned up when they are deleted: every super namespace
-//! labelled with the tenant's key goes, with everything in it.
+//! Tenants: found by watching the management cluster's NestedControlPlanes and Clusters, and taken through their
+//! [`lifecycle`](crate::lifecycle): started once their control plane is ready (through the `<cluster>-kubeconfig`
+//! Secret), synced once their caches are full, kept while they exist — also while their API server is down, when
+//! they are unhealthy and their watches retry — and cleaned up when they are deleted: every super namespace labelled
+//! with the tenant's key goes, with everything in it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use kube::{Client, ResourceExt};
 use nest_capn::api::{CLUSTER_NAME_LABEL, Cluster, NestedControlPlane};
 use tokio::task::JoinHandle;
 
+use crate::lifecycle::{self, Action, Event};
 use crate::names::{self, TENANT_LABEL};
 use crate::{Item, Syncer};
 
@@ -37,13 +39,9 @@ pub struct Tenant {
     /// The tenant's objects, one store per synced kind.
     pub objects: Vec<Store<DynamicObject>>,
     pub namespaces: Store<Namespace>,
-    /// Whether the built-in kinds' stores have been filled once (before that, nothing is done for the tenant).
-    pub ready: AtomicBool,
     /// Whether each kind's store has been filled once (a custom resource's only once the tenant has its CRD); an
     /// object of a kind whose stores are not filled on both sides waits, so that nothing is deleted for lack of news.
     pub kind_ready: Vec<AtomicBool>,
-    /// Whether the tenant's API server answered the last check.
-    pub healthy: AtomicBool,
     /// The Pod Security level its super namespaces enforce (annotation [`POD_SECURITY_ANNOTATION`], else the
     /// syncer's `--pod-security-level`); followed when the platform admin changes it.
     pub pod_security: std::sync::RwLock<PodSecurityLevel>,
@@ -110,96 +108,218 @@ struct Found {
     gone: bool,
 }
 
-/// Looks at the control planes every two seconds: starts tenants that became ready, removes those deleted.
+/// How often tenants are looked at again without news from the watches: a failed start is retried this soon.
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
+
+/// Finds tenants by watching the management cluster's NestedControlPlanes and Clusters, and drives each tenant's
+/// [`lifecycle`](crate::lifecycle) from what it sees: on every change of either, and every [`LOOK_AGAIN`] (from the
+/// watches' caches: looking costs no request).
 pub async fn discover(syncer: Arc<Syncer>) {
-    let planes: Api<NestedControlPlane> = Api::all(syncer.super_client.clone());
-    let clusters: Api<Cluster> = Api::all(syncer.super_client.clone());
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let planes = watched::<NestedControlPlane>(&syncer, &changed);
+    let clusters = watched::<Cluster>(&syncer, &changed);
     let mut swept = false;
     loop {
-        match look(&planes, &clusters).await {
-            Ok(found) => {
-                reconcile(&syncer, &found).await;
-                if !swept {
-                    // Super namespaces of tenants that no longer exist at all (deleted while the syncer was away).
-                    let known: BTreeSet<&str> = found.iter().filter(|f| !f.gone).map(|f| f.key.as_str()).collect();
-                    sweep_orphans(&syncer, &known).await;
-                    swept = true;
-                }
+        // Clusters are optional: without their CRD (a 404), control planes stand alone.
+        if planes.listed() && (clusters.listed() || clusters.missing()) {
+            let found = look(&planes.store.state(), &clusters.store.state());
+            reconcile(&syncer, &found).await;
+            if !swept {
+                // Super namespaces of tenants that no longer exist at all (deleted while the syncer was away).
+                let known: BTreeSet<&str> = found.iter().filter(|f| !f.gone).map(|f| f.key.as_str()).collect();
+                sweep_orphans(&syncer, &known).await;
+                swept = true;
             }
-            Err(error) => tracing::debug!(%error, "looking for tenants"),
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        let _ = tokio::time::timeout(LOOK_AGAIN, changed.notified()).await;
     }
 }
 
-async fn look(planes: &Api<NestedControlPlane>, clusters: &Api<Cluster>) -> kube::Result<Vec<Found>> {
-    let clusters: BTreeMap<(String, String), Cluster> = match clusters.list(&ListParams::default()).await {
-        Ok(list) => list.items.into_iter().map(|c| ((c.namespace().unwrap_or_default(), c.name_any()), c)).collect(),
-        // Without Clusters, control planes stand alone.
-        Err(kube::Error::Api(status)) if status.code == 404 => BTreeMap::new(),
-        Err(error) => return Err(error),
-    };
+/// A watch of every object of kind `K` in the management cluster, feeding a cache.
+struct Watched<K: kube::Resource + 'static>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    store: Store<K>,
+    /// Its first list is complete.
+    listed: Arc<AtomicBool>,
+    /// Its kind is not served (the last list was a 404).
+    missing: Arc<AtomicBool>,
+}
+
+impl<K: kube::Resource + 'static> Watched<K>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    fn listed(&self) -> bool {
+        self.listed.load(Ordering::SeqCst)
+    }
+
+    fn missing(&self) -> bool {
+        self.missing.load(Ordering::SeqCst)
+    }
+}
+
+fn watched<K>(syncer: &Syncer, changed: &Arc<tokio::sync::Notify>) -> Watched<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let (listed, missing) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let api: Api<K> = Api::all(syncer.super_client.clone());
+    let (changed, listed_flag, missing_flag) = (changed.clone(), listed.clone(), missing.clone());
+    let feed = reflector::reflector(writer, watcher(api, Default::default()).backoff(crate::Retry::new())).for_each(
+        move |event| {
+            match &event {
+                Ok(watcher::Event::InitDone) => {
+                    listed_flag.store(true, Ordering::SeqCst);
+                    missing_flag.store(false, Ordering::SeqCst);
+                }
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(status))) if status.code == 404 => {
+                    missing_flag.store(true, Ordering::SeqCst);
+                }
+                Err(error) => tracing::debug!(%error, "watching for tenants"),
+                Ok(_) => {}
+            }
+            changed.notify_one();
+            async {}
+        },
+    );
+    tokio::spawn(feed);
+    Watched { store, listed, missing }
+}
+
+/// The tenants the control planes and Clusters in the caches stand for.
+fn look(planes: &[Arc<NestedControlPlane>], clusters: &[Arc<Cluster>]) -> Vec<Found> {
+    let clusters: BTreeMap<(String, String), &Cluster> =
+        clusters.iter().map(|c| ((c.namespace().unwrap_or_default(), c.name_any()), c.as_ref())).collect();
     let mut found = Vec::new();
-    for plane in planes.list(&ListParams::default()).await?.items {
+    for plane in planes {
         let namespace = plane.namespace().unwrap_or_default();
         let cluster_name = plane.labels().get(CLUSTER_NAME_LABEL).cloned().unwrap_or_else(|| plane.name_any());
-        let cluster = clusters.get(&(namespace.clone(), cluster_name.clone()));
+        let cluster = clusters.get(&(namespace.clone(), cluster_name.clone())).copied();
         let uid = cluster.and_then(|c| c.uid()).or_else(|| plane.uid()).unwrap_or_default();
         let gone = plane.metadata.deletion_timestamp.is_some()
             || cluster.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
         let ready = plane.status.as_ref().is_some_and(|s| s.ready || s.initialized);
         let endpoint = plane.spec.control_plane_endpoint.clone().filter(|e| ready && !e.is_zero());
-        let weight = cluster
-            .and_then(|c| c.annotations().get(WEIGHT_ANNOTATION).cloned())
-            .or_else(|| plane.annotations().get(WEIGHT_ANNOTATION).cloned())
-            .and_then(|w| w.parse().ok())
-            .unwrap_or(1);
-        let pod_security = cluster
-            .and_then(|c| c.annotations().get(POD_SECURITY_ANNOTATION).cloned())
-            .or_else(|| plane.annotations().get(POD_SECURITY_ANNOTATION).cloned());
+        let annotation = |name: &str| {
+            cluster.and_then(|c| c.annotations().get(name).cloned()).or_else(|| plane.annotations().get(name).cloned())
+        };
         found.push(Found {
             key: names::cluster_key(&namespace, &cluster_name, &uid),
             plane: plane.name_any(),
-            weight,
-            pod_security,
+            weight: annotation(WEIGHT_ANNOTATION).and_then(|w| w.parse().ok()).unwrap_or(1),
+            pod_security: annotation(POD_SECURITY_ANNOTATION),
             namespace,
             cluster: cluster_name,
             endpoint: endpoint.map(|e| (e.host, e.port)),
             gone,
         });
     }
-    Ok(found)
+    found
 }
 
+/// Moves every tenant's lifecycle on from what was found, and carries out what it asks.
 async fn reconcile(syncer: &Arc<Syncer>, found: &[Found]) {
-    let running: Vec<String> = syncer.tenants.read().expect("the tenants lock").keys().cloned().collect();
-    // Tenants deleted (or no longer there): stop, then remove what they had in the super cluster.
-    for key in running {
-        let there = found.iter().find(|f| f.key == key);
-        if there.is_none_or(|f| f.gone) {
-            tracing::info!(tenant = %key, "tenant deleted; removing its objects from the super cluster");
-            syncer.tenants.write().expect("the tenants lock").remove(&key);
-            syncer.queue.remove_tenant(&key);
-            syncer.metrics.forget(&key);
-            remove_everything(syncer, &key).await;
-        }
+    let known: Vec<String> = syncer.lifecycle.lock().expect("the lifecycle lock").keys().cloned().collect();
+    for key in known.iter().filter(|key| !found.iter().any(|f| &f.key == *key)) {
+        let actions = advance(syncer, key, Event::Vanished);
+        act(syncer, key, None, &actions).await;
     }
-    for tenant in found.iter().filter(|f| f.gone) {
-        remove_everything(syncer, &tenant.key).await;
-    }
-    for candidate in found.iter().filter(|f| !f.gone) {
-        syncer.queue.set_weight(&candidate.key, candidate.weight);
-        let Some(endpoint) = &candidate.endpoint else { continue };
-        if let Some(running) = syncer.tenant(&candidate.key) {
-            *running.pod_security.write().expect("the level lock") = level_of(syncer, candidate);
+    for candidate in found {
+        if candidate.gone {
+            let actions = advance(syncer, &candidate.key, Event::Deleted);
+            act(syncer, &candidate.key, Some(candidate), &actions).await;
             continue;
         }
-        match start(syncer, candidate, endpoint.clone()).await {
-            Ok(tenant) => {
-                tracing::info!(tenant = %candidate.key, "syncing tenant {}/{}", candidate.namespace, candidate.cluster);
-                syncer.tenants.write().expect("the tenants lock").insert(candidate.key.clone(), tenant);
+        syncer.queue.set_weight(&candidate.key, candidate.weight);
+        if let Some(running) = syncer.tenant(&candidate.key) {
+            *running.pod_security.write().expect("the level lock") = level_of(syncer, candidate);
+        }
+        let actions = advance(syncer, &candidate.key, Event::Seen { ready: candidate.endpoint.is_some() });
+        act(syncer, &candidate.key, Some(candidate), &actions).await;
+    }
+}
+
+/// Applies `event` to tenant `key`'s lifecycle; returns what to do.
+pub(crate) fn advance(syncer: &Syncer, key: &str, event: Event) -> Vec<Action> {
+    let mut phases = syncer.lifecycle.lock().expect("the lifecycle lock");
+    let before = phases.get(key).copied();
+    let (after, actions) = lifecycle::step(before, event);
+    if before != after {
+        tracing::debug!(tenant = %key, ?before, ?after, ?event, "tenant lifecycle");
+    }
+    match after {
+        Some(phase) => phases.insert(key.to_string(), phase),
+        None => phases.remove(key),
+    };
+    actions
+}
+
+/// Carries out a lifecycle step's actions for tenant `key` (`found`: as last seen, when it still exists).
+async fn act(syncer: &Arc<Syncer>, key: &str, found: Option<&Found>, actions: &[Action]) {
+    for action in actions {
+        match action {
+            Action::Start => {
+                let Some(found) = found else { continue };
+                let Some(endpoint) = found.endpoint.clone() else { continue };
+                match start(syncer, found, endpoint).await {
+                    Ok(tenant) => {
+                        tracing::info!(tenant = %key, "syncing tenant {}/{}", found.namespace, found.cluster);
+                        syncer.tenants.write().expect("the tenants lock").insert(key.to_string(), tenant);
+                        let next = advance(syncer, key, Event::Started);
+                        Box::pin(act(syncer, key, Some(found), &next)).await;
+                    }
+                    Err(error) => {
+                        tracing::warn!(tenant = %key, %error, "cannot reach the tenant yet");
+                        let next = advance(syncer, key, Event::StartFailed);
+                        Box::pin(act(syncer, key, Some(found), &next)).await;
+                    }
+                }
             }
-            Err(error) => tracing::warn!(tenant = %candidate.key, %error, "cannot reach the tenant yet"),
+            other => carry_out(syncer, key, *other).await,
+        }
+    }
+}
+
+/// Carries out one action other than [`Action::Start`] (which only [`act`] does, as discovery's).
+async fn carry_out(syncer: &Arc<Syncer>, key: &str, action: Action) {
+    match action {
+        // The next look, at most LOOK_AGAIN away, sees it ready again and starts it.
+        Action::RetryLater | Action::Start => {}
+        Action::Stop => {
+            tracing::info!(tenant = %key, "tenant deleted; removing its objects from the super cluster");
+            syncer.tenants.write().expect("the tenants lock").remove(key);
+            syncer.queue.remove_tenant(key);
+            syncer.metrics.forget(key);
+        }
+        Action::RemoveEverything => remove_everything(syncer, key).await,
+        Action::SyncAll => {
+            if let Some(tenant) = syncer.tenant(key) {
+                let began = std::time::Instant::now();
+                let queued = enqueue_all(syncer, &tenant);
+                syncer.metrics.patrolled(key, queued, began.elapsed());
+            }
+        }
+        Action::TellHealth(healthy) => {
+            let Some(tenant) = syncer.tenant(key) else { return };
+            let (reason, message) = if healthy {
+                ("TenantHealthy", "the tenant's API server answers again; syncing resumed")
+            } else {
+                ("TenantUnhealthy", "the tenant's API server does not answer; syncing waits for it")
+            };
+            tracing::warn!(tenant = %key, "{message}");
+            // On the control plane, in the super cluster, where the platform team looks.
+            let client = &syncer.super_client;
+            crate::events::tell(client, &tenant.namespace, "NestedControlPlane", &tenant.plane, None, reason, message)
+                .await;
         }
     }
 }
@@ -327,9 +447,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         kubelet_port,
         objects,
         namespaces,
-        ready: AtomicBool::new(false),
         kind_ready: syncer.kinds.iter().map(|_| AtomicBool::new(false)).collect(),
-        healthy: AtomicBool::new(true),
         pod_security: std::sync::RwLock::new(level_of(syncer, found)),
         tasks: std::sync::Mutex::new(Vec::new()),
     });
@@ -339,8 +457,8 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
     Ok(tenant)
 }
 
-/// Waits for the tenant's stores, then every `patrol` interval queues every object of the tenant on both sides and
-/// checks that its API server answers.
+/// Waits for the tenant's stores (then its lifecycle moves to syncing), then every `patrol` interval checks that
+/// its API server answers (the lifecycle then queues every object of the tenant on both sides, or waits).
 async fn patrol(syncer: Arc<Syncer>, tenant: std::sync::Weak<Tenant>) {
     {
         let Some(strong) = tenant.upgrade() else { return };
@@ -360,33 +478,22 @@ async fn patrol(syncer: Arc<Syncer>, tenant: std::sync::Weak<Tenant>) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let _ = tenant.namespaces.wait_until_ready().await;
-        tenant.ready.store(true, Ordering::SeqCst);
         tracing::debug!(tenant = %tenant.key, "the tenant's caches are filled");
+        // Its API server answered when it started.
+        syncer.metrics.set_health(&tenant.key, true);
+        for action in advance(&syncer, &tenant.key, Event::Filled) {
+            carry_out(&syncer, &tenant.key, action).await;
+        }
     }
     loop {
+        let interval = syncer.options.patrol;
+        tokio::time::sleep(interval).await;
         let Some(tenant) = tenant.upgrade() else { return };
         let healthy = tenant.client.apiserver_version().await.is_ok();
-        if tenant.healthy.swap(healthy, Ordering::SeqCst) != healthy {
-            let (reason, message) = if healthy {
-                ("TenantHealthy", "the tenant's API server answers again; syncing resumed")
-            } else {
-                ("TenantUnhealthy", "the tenant's API server does not answer; syncing waits for it")
-            };
-            tracing::warn!(tenant = %tenant.key, "{message}");
-            // On the control plane, in the super cluster, where the platform team looks.
-            let client = &syncer.super_client;
-            crate::events::tell(client, &tenant.namespace, "NestedControlPlane", &tenant.plane, None, reason, message)
-                .await;
-        }
         syncer.metrics.set_health(&tenant.key, healthy);
-        if healthy {
-            let began = std::time::Instant::now();
-            let queued = enqueue_all(&syncer, &tenant);
-            syncer.metrics.patrolled(&tenant.key, queued, began.elapsed());
+        for action in advance(&syncer, &tenant.key, Event::Health(healthy)) {
+            carry_out(&syncer, &tenant.key, action).await;
         }
-        let interval = syncer.options.patrol;
-        drop(tenant);
-        tokio::time::sleep(interval).await;
     }
 }
 

@@ -124,7 +124,9 @@ impl Registry {
             metadata.insert("creationTimestamp".into(), json!(nest_core::clock::rfc3339_now()));
             metadata.insert("generation".into(), json!(1));
         }
-        self.admit(resource, Operation::Create, Subresource::Main, namespace, &given, &mut obj, None, dry_run).await?;
+        let request =
+            admission_request(resource, Operation::Create, Subresource::Main, namespace, &given, None, dry_run);
+        self.admission.admit(self.cluster(), &request, &mut obj).await?;
         resource.strategy.prepare_for_create(&mut obj);
         let check_name = if given.is_empty() { meta::generate_name(&generate) } else { given.clone() };
         Self::check_name(resource, &check_name)?;
@@ -132,17 +134,9 @@ impl Registry {
         if !causes.is_empty() {
             return Err(ApiError::invalid(info, &check_name, causes));
         }
-        self.validate_admission(
-            resource,
-            Operation::Create,
-            Subresource::Main,
-            namespace,
-            &check_name,
-            &obj,
-            None,
-            dry_run,
-        )
-        .await?;
+        let request =
+            admission_request(resource, Operation::Create, Subresource::Main, namespace, &check_name, None, dry_run);
+        self.admission.validate(self.cluster(), &request, &obj, &resource.warnings).await?;
         if let Some(manager) = &resource.manager {
             crate::apply::track_update(
                 resource,
@@ -166,43 +160,6 @@ impl Registry {
     /// The stored item at `key` (the object `name` of `info`), or a 404.
     async fn stored_item(&self, info: &ResourceInfo, key: &str, name: &str) -> Result<KeyValue> {
         self.store.get(key.as_bytes()).await.about(info, name)?.ok_or_else(|| ApiError::not_found(info, name))
-    }
-
-    /// Runs the validating admission chain on an object about to be stored.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn validate_admission(
-        &self,
-        resource: &Resource,
-        operation: Operation,
-        subresource: Subresource,
-        namespace: &str,
-        name: &str,
-        object: &Value,
-        old: Option<&Value>,
-        dry_run: bool,
-    ) -> Result<()> {
-        let request = admission_request(resource, operation, subresource, namespace, name, old, dry_run);
-        self.admission.validate(self.cluster(), &request, object, &resource.warnings).await
-    }
-
-    /// Runs the mutating admission chain on a decoded object, before its kind prepares it.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn admit(
-        &self,
-        resource: &Resource,
-        operation: Operation,
-        subresource: Subresource,
-        namespace: &str,
-        name: &str,
-        object: &mut Value,
-        old: Option<&Value>,
-        dry_run: bool,
-    ) -> Result<()> {
-        if self.admission.mutating.is_empty() {
-            return Ok(());
-        }
-        let request = admission_request(resource, operation, subresource, namespace, name, old, dry_run);
-        self.admission.admit(self.cluster(), &request, object).await
     }
 
     /// Stores a prepared object under its name, or under generated names until one is free.
@@ -312,14 +269,14 @@ impl Registry {
         }
         let mut body = body;
         resource.decode(&mut body)?;
-        self.admit(resource, Operation::Update, subresource, namespace, name, &mut body, Some(old), dry_run).await?;
+        let request = admission_request(resource, Operation::Update, subresource, namespace, name, Some(old), dry_run);
+        self.admission.admit(self.cluster(), &request, &mut body).await?;
         let mut obj = self.merge_update(resource, old, body, subresource)?;
         let causes = resource.strategy.validate_update(&obj, old);
         if !causes.is_empty() {
             return Err(ApiError::invalid(info, name, causes));
         }
-        self.validate_admission(resource, Operation::Update, subresource, namespace, name, &obj, Some(old), dry_run)
-            .await?;
+        self.admission.validate(self.cluster(), &request, &obj, &resource.warnings).await?;
         if let Some(manager) = &resource.manager {
             crate::apply::track_update(
                 resource,
@@ -548,17 +505,16 @@ impl Registry {
         for _ in 0..16 {
             let current = self.stored_item(info, &key, name).await?;
             let mut obj = Self::decode(info, &current)?;
-            self.validate_admission(
+            let request = admission_request(
                 resource,
                 Operation::Delete,
                 Subresource::Main,
                 namespace,
                 name,
-                &obj,
                 Some(&obj),
                 options.dry_run,
-            )
-            .await?;
+            );
+            self.admission.validate(self.cluster(), &request, &obj, &resource.warnings).await?;
             if let Some(uid) = &options.precondition_uid
                 && uid != meta::meta_str(&obj, "uid")
             {
