@@ -43,6 +43,16 @@ pub struct State {
     pub kubelet_tls: Arc<rustls::ClientConfig>,
     /// The Kubernetes version `/version` reports, when not nest's default.
     pub kubernetes_version: Option<String>,
+    /// What one client may take ([`crate::limits`]), and what the limits did.
+    pub limits: crate::limits::Limits,
+    pub counters: Arc<crate::limits::Counters>,
+}
+
+/// Whether a request lasts as long as the client wants (a watch, a log stream): kube-apiserver's long-running
+/// requests, which in-flight limits leave out.
+fn long_running(request: &hyper::http::request::Parts) -> bool {
+    let watch = request.uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    watch || request.uri.path().trim_end_matches('/').ends_with("/log")
 }
 
 fn full(bytes: impl Into<Bytes>) -> Body {
@@ -332,6 +342,15 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
     let token_user =
         request.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
     let user = cert_user.or(token_user);
+    // One user's flood does not starve another: each has its own share of requests in flight.
+    let who = user.as_ref().map_or("system:anonymous", |u| u.name.as_str());
+    let _slot = match long_running(&request) {
+        true => None,
+        false => match state.counters.begin(who, state.limits.max_inflight_per_user) {
+            Some(slot) => Some(slot),
+            None => return Ok(error_response(&ApiError::too_many_requests())),
+        },
+    };
     if !open && user.is_none() {
         // Who is asking is known before the body is read: a client that proved no identity gets no say over this
         // server's memory, whatever it sends. Its body stays unread, so the connection closes after the answer (the
@@ -346,6 +365,11 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
     match path.as_str() {
         "/version" => {
             return Ok(json_response(StatusCode::OK, &discovery::version(state.kubernetes_version.as_deref())));
+        }
+        "/metrics" if request.method == Method::GET => {
+            let mut response = Response::new(full(state.counters.render()));
+            response.headers_mut().insert("content-type", "text/plain; version=0.0.4".parse().expect("a header value"));
+            return Ok(response);
         }
         _ if open => return Ok(text_response("ok")),
         _ => {}

@@ -13,6 +13,7 @@ pub mod body;
 pub mod certs;
 pub mod discovery;
 pub mod handler;
+pub mod limits;
 pub mod logs;
 pub mod openapi;
 pub mod protobuf;
@@ -23,8 +24,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use http_body_util::BodyExt;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use nest_registry::Registry;
 use nest_storage::Store;
 use rustls::pki_types::pem::PemObject;
@@ -53,6 +55,8 @@ pub struct Config {
     pub kubernetes_version: Option<String>,
     /// Pod Security admission's defaults and exemptions.
     pub pod_security: nest_registry::kinds::pod_security::Config,
+    /// What one client may take: connections, timeouts, requests in flight.
+    pub limits: limits::Limits,
 }
 
 /// A server that is listening.
@@ -100,7 +104,17 @@ pub async fn serve(
     registry.bootstrap(address.port()).await?;
     let kubelet_tls = Arc::new(logs::kubelet_client(&pki)?);
     let kubernetes_version = config.kubernetes_version.clone();
-    let state = Arc::new(State { registry, tokens, address: host, kubelet_tls, kubernetes_version });
+    let limits = config.limits.clone();
+    let counters = Arc::new(limits::Counters::default());
+    let state = Arc::new(State {
+        registry,
+        tokens,
+        address: host,
+        kubelet_tls,
+        kubernetes_version,
+        limits: limits.clone(),
+        counters: counters.clone(),
+    });
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     ready(&Serving { address, kubeconfig });
 
@@ -116,25 +130,56 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let (acceptor, state) = (acceptor.clone(), state.clone());
+        // Over the cap, a connection is closed as soon as it is accepted: it costs a file descriptor for a moment.
+        let Some(slot) = counters.connect(limits.max_connections) else { continue };
+        let (acceptor, state, limits, counters) = (acceptor.clone(), state.clone(), limits.clone(), counters.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             let _ = tcp.set_nodelay(true);
-            let tls = match acceptor.accept(tcp).await {
-                Ok(tls) => tls,
-                Err(error) => {
+            let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => {
                     tracing::debug!(%error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    counters.handshake_timeouts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     return;
                 }
             };
             let user =
                 tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| user_from_certificate(c));
+            let activity = limits::Activity::new();
+            let requests = activity.clone();
             let service = service_fn(move |request| {
                 let (state, user) = (state.clone(), user.clone());
-                async move { Ok::<_, std::convert::Infallible>(handler::handle(state, user, request).await) }
+                // The connection counts as busy until the response's body is sent (a watch: until it ends).
+                let open = limits::OpenRequest::new(&requests);
+                async move {
+                    let response = handler::handle(state, user, request).await;
+                    let response = response.map(|body| {
+                        body.map_frame(move |frame| {
+                            let _open = &open;
+                            frame
+                        })
+                        .boxed_unsync()
+                    });
+                    Ok::<_, std::convert::Infallible>(response)
+                }
             });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(error) = builder.serve_connection(TokioIo::new(tls), service).await {
-                tracing::debug!(%error, "connection ended with an error");
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+            builder.http2().timer(TokioTimer::new());
+            let io = TokioIo::new(limits::Watched::new(tls, activity.clone()));
+            tokio::select! {
+                served = builder.serve_connection(io, service) => {
+                    if let Err(error) = served {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                }
+                () = activity.until_idle(limits.idle_timeout) => {
+                    counters.idle_closed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
             }
         });
     }

@@ -87,7 +87,15 @@ pub async fn pod_log(
         .find(|a| a["type"] == "InternalIP")
         .and_then(|a| a["address"].as_str())
         .and_then(|a| a.parse::<std::net::IpAddr>().ok());
-    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64().filter(|p| *p > 0);
+    // A port the kubelet could have registered: 1 to 65535, never truncated into range. An address must be one a
+    // kubelet can listen on (not unspecified, multicast or broadcast).
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p > 0);
+    let address = address.filter(|a| {
+        !a.is_unspecified() && !a.is_multicast() && *a != std::net::IpAddr::V4(std::net::Ipv4Addr::BROADCAST)
+    });
     let (Some(address), Some(port)) = (address, port) else {
         return Err(ApiError::service_unavailable(format!(
             "node {node_name} does not serve the kubelet API, so the logs of pod {name} cannot be read"
@@ -102,7 +110,7 @@ pub async fn pod_log(
     let unreachable = |error: &dyn std::fmt::Display| {
         ApiError::service_unavailable(format!("the kubelet API of node {node_name} ({address}:{port}): {error}"))
     };
-    let tcp = tokio::net::TcpStream::connect((address, port as u16)).await.map_err(|e| unreachable(&e))?;
+    let tcp = tokio::net::TcpStream::connect((address, port)).await.map_err(|e| unreachable(&e))?;
     let connector = tokio_rustls::TlsConnector::from(tls);
     let stream = connector.connect(ServerName::IpAddress(address.into()), tcp).await.map_err(|e| unreachable(&e))?;
     let (mut sender, connection) =

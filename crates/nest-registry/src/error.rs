@@ -167,6 +167,13 @@ impl ApiError {
         error
     }
 
+    /// A 429, as kube-apiserver's priority and fairness answers a client over its share: try again in a second.
+    pub fn too_many_requests() -> ApiError {
+        let mut error = ApiError::new(429, "TooManyRequests", "Too many requests, please try again later.");
+        error.details.retry_after = Some(1);
+        error
+    }
+
     /// A 503: something the request needs (a node's kubelet API, say) cannot be reached.
     pub fn service_unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(503, "ServiceUnavailable", message)

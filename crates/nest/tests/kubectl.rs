@@ -530,3 +530,19 @@ fn pod_security_defaults_and_exemptions_come_from_flags() {
     server.ok(&["label", "namespace", "locked", "pod-security.kubernetes.io/enforce=privileged"]);
     server.apply_manifest(PRIVILEGED_POD);
 }
+
+/// A Node object is writable by whoever may patch nodes (a tenant's admin, in its own cluster): `kubectl logs` must
+/// not make this server dial what it names. A port beyond 65535 is refused, not truncated (65558 would be 22).
+#[test]
+fn pod_logs_never_dial_a_port_no_kubelet_could_have_registered() {
+    let server = Server::start(&Storage::Embedded);
+    server.apply_manifest("apiVersion: v1\nkind: Node\nmetadata: {name: liar}\n");
+    let status = r#"{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}],"daemonEndpoints":{"kubeletEndpoint":{"Port":65558}}}}"#;
+    server.ok(&["patch", "node", "liar", "--subresource=status", "--type=merge", "-p", status]);
+    server.apply_manifest(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec: {nodeName: liar, containers: [{name: c, image: nginx}]}\n",
+    );
+    let out = server.kubectl(&["logs", "p"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("node liar does not serve the kubelet API"), "{said}");
+}

@@ -38,7 +38,7 @@ pub struct Args {
     /// The Kubernetes version to report, a 1.33 patch version such as v1.33.2 (nest serves the 1.33 API).
     #[arg(long, value_name = "VERSION", value_parser = kubernetes_version)]
     kubernetes_version: Option<String>,
-    /// Pod Security's policy for namespaces without a `pod-security.kubernetes.io/enforce` label: LEVEL[:VERSION],
+    /// Pod Security's policy for namespaces without a `pod-security.kubernetes.io/enforce` label: `LEVEL[:VERSION]`,
     /// such as `baseline` or `restricted:v1.33`.
     #[arg(long, value_name = "POLICY", default_value = "privileged", value_parser = pod_security_policy)]
     pod_security_enforce: nest_registry::kinds::pod_security::Policy,
@@ -57,6 +57,18 @@ pub struct Args {
     /// Runtime classes whose pods Pod Security never checks; repeatable.
     #[arg(long = "pod-security-exempt-runtime-class", value_name = "CLASS")]
     pod_security_exempt_runtime_classes: Vec<String>,
+    /// Connections open at once; further ones are closed as soon as they are accepted.
+    #[arg(long, value_name = "N", default_value_t = nest_apiserver::limits::Limits::default().max_connections)]
+    max_connections: usize,
+    /// How long a client has to complete the TLS handshake.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::bench::parse_duration)]
+    tls_handshake_timeout: std::time::Duration,
+    /// A connection with no request open and nothing sent either way for this long is closed.
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = crate::bench::parse_duration)]
+    idle_timeout: std::time::Duration,
+    /// Requests one user may have in flight (watches and log streams aside); more get 429 Too Many Requests.
+    #[arg(long, value_name = "N", default_value_t = nest_apiserver::limits::Limits::default().max_inflight_per_user)]
+    max_requests_inflight_per_user: usize,
     /// The CA that signed etcd's serving certificate (for `--storage etcd=https://…`).
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires_all = ["etcd_certfile", "etcd_keyfile"])]
     etcd_cafile: Option<PathBuf>,
@@ -140,6 +152,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             exempt_users: args.pod_security_exempt_users.clone(),
             exempt_namespaces: args.pod_security_exempt_namespaces.clone(),
             exempt_runtime_classes: args.pod_security_exempt_runtime_classes.clone(),
+        },
+        limits: nest_apiserver::limits::Limits {
+            max_connections: args.max_connections.max(1),
+            handshake_timeout: args.tls_handshake_timeout,
+            idle_timeout: args.idle_timeout,
+            max_inflight_per_user: args.max_requests_inflight_per_user.max(1),
+            ..Default::default()
         },
     };
     let ready = |serving: &nest_apiserver::Serving| {

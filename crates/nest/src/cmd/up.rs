@@ -69,6 +69,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ca_files: None,
         kubernetes_version: None,
         pod_security: Default::default(),
+        limits: Default::default(),
     };
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut stopped: watch::Receiver<bool>| async move {

@@ -1,0 +1,300 @@
+//! What one client can take of the server: connections (a cap, a TLS handshake deadline, an idle timeout) and
+//! requests in flight per user (429 beyond, a first step of API Priority and Fairness: one user's flood does not
+//! starve another's requests). Each refusal is counted for `/metrics`.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The limits, as `nest apiserver`'s flags set them.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Connections open at once; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// How long a client has to complete the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// How long a client has to send a request's headers (HTTP/1.1).
+    pub header_read_timeout: Duration,
+    /// A connection with no request open and no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+    /// Requests one user may have in flight (watches and log streams, which last, do not count), as
+    /// kube-apiserver's `--max-requests-inflight` but per user.
+    pub max_inflight_per_user: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 4096,
+            handshake_timeout: Duration::from_secs(10),
+            // kube-apiserver's ReadHeaderTimeout.
+            header_read_timeout: Duration::from_secs(32),
+            // Longer than clients keep idle connections (Go and hyper-util: 90 s), so that they close first and never
+            // reuse one the server is closing.
+            idle_timeout: Duration::from_secs(120),
+            max_inflight_per_user: 200,
+        }
+    }
+}
+
+/// Counters of what the limits did, and the gauges behind them.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub connections: AtomicUsize,
+    pub refused_connections: AtomicU64,
+    pub handshake_timeouts: AtomicU64,
+    pub idle_closed: AtomicU64,
+    pub inflight: AtomicUsize,
+    pub rejected_requests: AtomicU64,
+    per_user: Mutex<HashMap<String, usize>>,
+}
+
+/// Held while a connection is open.
+pub struct ConnectionSlot(Arc<Counters>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Held while a request of a user is in flight.
+pub struct RequestSlot {
+    counters: Arc<Counters>,
+    user: String,
+}
+
+impl Drop for RequestSlot {
+    fn drop(&mut self) {
+        self.counters.inflight.fetch_sub(1, Ordering::SeqCst);
+        let mut users = self.counters.per_user.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = users.get_mut(&self.user) {
+            *count -= 1;
+            if *count == 0 {
+                users.remove(&self.user);
+            }
+        }
+    }
+}
+
+impl Counters {
+    /// A slot for a new connection, unless `max` are open (then the refusal is counted).
+    pub fn connect(self: &Arc<Self>, max: usize) -> Option<ConnectionSlot> {
+        let open = self.connections.fetch_add(1, Ordering::SeqCst);
+        if open >= max {
+            self.connections.fetch_sub(1, Ordering::SeqCst);
+            self.refused_connections.fetch_add(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(ConnectionSlot(self.clone()))
+    }
+
+    /// A slot for one more request of `user`, unless it has `max` in flight (then the rejection is counted).
+    pub fn begin(self: &Arc<Self>, user: &str, max: usize) -> Option<RequestSlot> {
+        let mut users = self.per_user.lock().unwrap_or_else(|p| p.into_inner());
+        let count = users.entry(user.to_string()).or_insert(0);
+        if *count >= max {
+            drop(users);
+            self.rejected_requests.fetch_add(1, Ordering::SeqCst);
+            return None;
+        }
+        *count += 1;
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        Some(RequestSlot { counters: self.clone(), user: user.to_string() })
+    }
+
+    /// The counters in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let get = |v: &AtomicU64| v.load(Ordering::SeqCst);
+        let mut out = String::new();
+        let mut family = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for (labels, value) in samples {
+                out.push_str(&format!("{name}{labels} {value}\n"));
+            }
+        };
+        family(
+            "nest_apiserver_connections",
+            "gauge",
+            "Connections open.",
+            &[("", self.connections.load(Ordering::SeqCst) as u64)],
+        );
+        family(
+            "nest_apiserver_connections_closed_total",
+            "counter",
+            "Connections the server closed: over the cap as accepted, a TLS handshake too slow, idle too long.",
+            &[
+                ("{reason=\"cap\"}", get(&self.refused_connections)),
+                ("{reason=\"handshake_timeout\"}", get(&self.handshake_timeouts)),
+                ("{reason=\"idle\"}", get(&self.idle_closed)),
+            ],
+        );
+        family(
+            "apiserver_current_inflight_requests",
+            "gauge",
+            "Requests in flight (watches and log streams aside).",
+            &[("", self.inflight.load(Ordering::SeqCst) as u64)],
+        );
+        family(
+            "nest_apiserver_rejected_requests_total",
+            "counter",
+            "Requests refused with 429 because their user had too many in flight.",
+            &[("{reason=\"per-user-inflight\"}", get(&self.rejected_requests))],
+        );
+        out
+    }
+}
+
+/// When a connection last moved a byte, and how many of its requests are open: what the idle timeout reads.
+#[derive(Debug)]
+pub struct Activity {
+    since: Instant,
+    /// Milliseconds after `since`.
+    last: AtomicU64,
+    pub open_requests: AtomicUsize,
+}
+
+impl Activity {
+    pub fn new() -> Arc<Activity> {
+        Arc::new(Activity { since: Instant::now(), last: AtomicU64::new(0), open_requests: AtomicUsize::new(0) })
+    }
+
+    fn touch(&self) {
+        self.last.store(self.since.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether nothing has moved for `timeout` and no request is open.
+    pub fn idle_for(&self, timeout: Duration) -> bool {
+        let quiet = self.since.elapsed().saturating_sub(Duration::from_millis(self.last.load(Ordering::Relaxed)));
+        self.open_requests.load(Ordering::SeqCst) == 0 && quiet >= timeout
+    }
+
+    /// Closes the connection (by returning) once it has been idle for `timeout`.
+    pub async fn until_idle(&self, timeout: Duration) {
+        let tick = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            tokio::time::sleep(tick).await;
+            if self.idle_for(timeout) {
+                return;
+            }
+        }
+    }
+}
+
+/// Held while a request's response is being sent on a connection.
+pub struct OpenRequest(Arc<Activity>);
+
+impl OpenRequest {
+    pub fn new(activity: &Arc<Activity>) -> OpenRequest {
+        activity.open_requests.fetch_add(1, Ordering::SeqCst);
+        activity.touch();
+        OpenRequest(activity.clone())
+    }
+}
+
+impl Drop for OpenRequest {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.open_requests.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A connection's byte stream, noting in its [`Activity`] when bytes move.
+pub struct Watched<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T> Watched<T> {
+    pub fn new(inner: T, activity: Arc<Activity>) -> Watched<T> {
+        Watched { inner, activity }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_over_its_limit_is_refused_while_others_are_not() {
+        let counters = Arc::new(Counters::default());
+        let first = counters.begin("alice", 2).unwrap();
+        let _second = counters.begin("alice", 2).unwrap();
+        assert!(counters.begin("alice", 2).is_none());
+        assert!(counters.begin("bob", 2).is_some());
+        drop(first);
+        assert!(counters.begin("alice", 2).is_some(), "a finished request frees its slot");
+        assert_eq!(counters.rejected_requests.load(Ordering::SeqCst), 1);
+        assert!(counters.render().contains("nest_apiserver_rejected_requests_total{reason=\"per-user-inflight\"} 1"));
+    }
+
+    #[test]
+    fn connections_beyond_the_cap_are_refused_and_counted() {
+        let counters = Arc::new(Counters::default());
+        let slots: Vec<_> = (0..3).map(|_| counters.connect(3).unwrap()).collect();
+        assert!(counters.connect(3).is_none());
+        drop(slots);
+        assert!(counters.connect(3).is_some());
+        assert!(counters.render().contains("nest_apiserver_connections_closed_total{reason=\"cap\"} 1"));
+    }
+
+    #[test]
+    fn a_connection_with_an_open_request_is_never_idle() {
+        let activity = Activity::new();
+        let open = OpenRequest::new(&activity);
+        assert!(!activity.idle_for(Duration::ZERO));
+        drop(open);
+        assert!(activity.idle_for(Duration::ZERO));
+        assert!(!activity.idle_for(Duration::from_secs(60)));
+    }
+}
