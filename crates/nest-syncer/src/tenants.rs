@@ -1,5 +1,5 @@
 //! Tenants: found by watching the management cluster's NestedControlPlanes and Clusters, and taken through their
-//! [`lifecycle`](crate::lifecycle): started once their control plane is ready (through the `<cluster>-kubeconfig`
+//! [`lifecycle`]: started once their control plane is ready (through the `<cluster>-kubeconfig`
 //! Secret), synced once their caches are full, kept while they exist — also while their API server is down, when
 //! they are unhealthy and their watches retry — and cleaned up when they are deleted: every super namespace labelled
 //! with the tenant's key goes, with everything in it.
@@ -112,7 +112,7 @@ struct Found {
 const LOOK_AGAIN: Duration = Duration::from_secs(2);
 
 /// Finds tenants by watching the management cluster's NestedControlPlanes and Clusters, and drives each tenant's
-/// [`lifecycle`](crate::lifecycle) from what it sees: on every change of either, and every [`LOOK_AGAIN`] (from the
+/// [`lifecycle`] from what it sees: on every change of either, and every `LOOK_AGAIN` (from the
 /// watches' caches: looking costs no request).
 pub async fn discover(syncer: Arc<Syncer>) {
     let changed = Arc::new(tokio::sync::Notify::new());
