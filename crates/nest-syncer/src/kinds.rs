@@ -6,6 +6,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Map, Value, json};
 
 use crate::names::{self, TENANT_LABEL, TENANT_NAME, TENANT_NAMESPACE, TENANT_UID};
+use crate::policy;
 
 /// What a transform knows of the tenant.
 pub struct Mapping<'a> {
@@ -29,6 +30,13 @@ pub struct Kind {
     pub content: &'static [&'static str],
     /// Whether the super object's status is copied to the tenant object.
     pub status_up: bool,
+    /// What the platform admin's policy says of the super object ([`crate::policy`]): a refusal names the field.
+    pub admit: fn(&Value, &policy::Context) -> Result<(), String>,
+}
+
+/// Every object of the kind may go down.
+fn anything(_: &Value, _: &policy::Context) -> Result<(), String> {
+    Ok(())
 }
 
 fn resource(group: &str, version: &str, kind: &str) -> ApiResource {
@@ -44,6 +52,7 @@ pub fn built_in() -> Vec<Kind> {
             down: |o, m| Some(with(o, m, &["data", "binaryData", "immutable"])),
             content: &["data", "binaryData"],
             status_up: false,
+            admit: anything,
         },
         Kind {
             name: "secrets",
@@ -54,6 +63,7 @@ pub fn built_in() -> Vec<Kind> {
             },
             content: &["data"],
             status_up: false,
+            admit: anything,
         },
         Kind {
             name: "serviceaccounts",
@@ -66,6 +76,7 @@ pub fn built_in() -> Vec<Kind> {
             },
             content: &["imagePullSecrets"],
             status_up: false,
+            admit: anything,
         },
         Kind {
             name: "endpoints",
@@ -75,6 +86,7 @@ pub fn built_in() -> Vec<Kind> {
             down: |o, m| Some(with(o, m, &["subsets"])),
             content: &["subsets"],
             status_up: false,
+            admit: policy::endpoints,
         },
         Kind {
             name: "persistentvolumeclaims",
@@ -87,6 +99,7 @@ pub fn built_in() -> Vec<Kind> {
             },
             content: &[],
             status_up: true,
+            admit: anything,
         },
         Kind {
             name: "services",
@@ -110,6 +123,7 @@ pub fn built_in() -> Vec<Kind> {
             },
             content: &["spec"],
             status_up: false,
+            admit: |o, cx| policy::service(&o["spec"], cx),
         },
         Kind {
             name: "pods",
@@ -121,6 +135,7 @@ pub fn built_in() -> Vec<Kind> {
             },
             content: &[],
             status_up: true,
+            admit: |o, cx| policy::pod(&o["spec"], cx),
         },
     ]
 }
@@ -140,7 +155,14 @@ pub fn custom(group: &str, version: &str, kind: &str) -> Kind {
     let resource = resource(group, version, kind);
     // Registered once at start, for the life of the process: the name may live as long.
     let name: &'static str = Box::leak(resource.plural.clone().into_boxed_str());
-    Kind { name, resource, down: |o, m| Some(with(o, m, &["spec"])), content: &["spec"], status_up: true }
+    Kind {
+        name,
+        resource,
+        down: |o, m| Some(with(o, m, &["spec"])),
+        content: &["spec"],
+        status_up: true,
+        admit: anything,
+    }
 }
 
 /// Parses `group/version/Kind` (`version/Kind` for the core group).
@@ -202,7 +224,8 @@ fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
     let mut spec = spec.clone();
     let Some(map) = spec.as_object_mut() else { return json!({}) };
     // A node selector stays: virtual nodes carry the super nodes' names and labels.
-    for field in ["nodeName", "serviceAccount"] {
+    // A priority is the super cluster's to compute from the class, which the policy checks.
+    for field in ["nodeName", "serviceAccount", "priority"] {
         map.remove(field);
     }
     // The tenant's account is synced too; its token is not mounted (the super cluster cannot issue it).

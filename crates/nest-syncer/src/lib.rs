@@ -28,6 +28,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
+pub mod policy;
 pub mod public;
 pub mod queue;
 pub mod sync;
@@ -70,6 +71,9 @@ pub struct Options {
     /// The Pod Security level tenants' super namespaces enforce unless their control plane's annotation
     /// (`tenancy.nest.dev/pod-security`) says otherwise.
     pub pod_security: tenants::PodSecurityLevel,
+    /// What tenants may ask of the management cluster beyond Pod Security ([`policy`]), before each tenant's own
+    /// additions.
+    pub policy: policy::Policy,
 }
 
 impl Default for Options {
@@ -83,6 +87,7 @@ impl Default for Options {
             service_external_ips: false,
             transparent_prefixes: vec![names::TRANSPARENT_PREFIX.to_string()],
             pod_security: tenants::PodSecurityLevel::Restricted,
+            policy: policy::Policy::default(),
         }
     }
 }
@@ -196,6 +201,9 @@ pub struct Syncer {
     pub queue: Queue<Item>,
     /// The tenants that have been started (their clients, watches and caches), by key.
     pub tenants: RwLock<BTreeMap<String, Arc<Tenant>>>,
+    /// The management cluster's API server addresses (its `default/kubernetes` Service and Endpoints), which no
+    /// tenant Endpoints may name; refreshed every minute.
+    pub api_addresses: RwLock<std::collections::BTreeSet<std::net::IpAddr>>,
     /// Where every known tenant is in its life ([`lifecycle`]), by key: the one record of it.
     pub lifecycle: std::sync::Mutex<BTreeMap<String, lifecycle::Phase>>,
     /// How many of `kinds` are built in (the rest are configured custom resources).
@@ -339,6 +347,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         queue: Queue::default(),
         tenants: RwLock::new(BTreeMap::new()),
         lifecycle: std::sync::Mutex::new(BTreeMap::new()),
+        api_addresses: RwLock::new(Default::default()),
         super_objects,
         super_namespaces,
         super_nodes,
@@ -378,7 +387,8 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         tokio::join!(
             futures_util::future::join_all(workers),
             tenants::discover(syncer.clone()),
-            nodes::run(syncer.clone())
+            nodes::run(syncer.clone()),
+            policy::follow_api_server(syncer.clone())
         );
     };
     let handle = syncer.clone();

@@ -252,6 +252,46 @@ async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube:
     }
 }
 
+/// What the tenant's policy ([`crate::policy`]) says of super object `wanted` of kind `kind`.
+fn admit(syncer: &Syncer, tenant: &Tenant, kind: &crate::kinds::Kind, wanted: &Value) -> Result<(), String> {
+    let policy = tenant.policy.read().expect("the policy lock").clone();
+    let public_priority_classes = syncer
+        .public_kinds
+        .iter()
+        .position(|(name, _)| *name == "priorityclasses")
+        .map(|index| syncer.public[index].state().iter().map(|class| class.name_any()).collect())
+        .unwrap_or_default();
+    let forbidden_address = |ip: std::net::IpAddr| -> Option<&'static str> {
+        let text = ip.to_string();
+        if syncer.api_addresses.read().expect("the addresses lock").contains(&ip) {
+            return Some("the management cluster's API server");
+        }
+        let node = syncer
+            .super_nodes
+            .state()
+            .iter()
+            .any(|node| node.status.iter().flat_map(|s| s.addresses.iter().flatten()).any(|a| a.address == text));
+        if node {
+            return Some("a node's address");
+        }
+        let pods = syncer.kinds.iter().position(|k| k.name == "pods");
+        let others = pods.is_some_and(|index| {
+            syncer.super_objects[index].state().iter().any(|pod| {
+                pod.labels().get(TENANT_LABEL) != Some(&tenant.key)
+                    && (pod.data["status"]["podIP"] == text.as_str()
+                        || pod.data["status"]["podIPs"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|p| p["ip"] == text.as_str()))
+            })
+        });
+        others.then_some("another tenant's pod")
+    };
+    let cx = crate::policy::Context { policy: &policy, public_priority_classes, forbidden_address: &forbidden_address };
+    (kind.admit)(wanted, &cx)
+}
+
 /// The refusal to sync into super namespace `name`, which exists and is not the tenant's: a 403, which is told to
 /// the tenant and not retried (a 409 would be).
 fn not_ours(name: &str) -> kube::Error {
@@ -341,6 +381,11 @@ async fn reconcile_object(
         return Ok(done);
     };
     let tenant_value = tenant_value.expect("a wanted object has a tenant object");
+    // The platform admin's policy, beyond what the super cluster's admission refuses: a refusal is told to the tenant
+    // and not retried, and nothing of the object goes down.
+    if let Err(refusal) = admit(syncer, tenant, spec, &wanted) {
+        return Err(kube::Error::Api(kube::core::Status::failure(&refusal, "Forbidden").with_code(403).boxed()));
+    }
     let uid = tenant_value["metadata"]["uid"].clone();
 
     let Some(existing) = super_value else {

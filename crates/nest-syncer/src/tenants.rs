@@ -45,6 +45,9 @@ pub struct Tenant {
     /// The Pod Security level its super namespaces enforce (annotation [`POD_SECURITY_ANNOTATION`], else the
     /// syncer's `--pod-security-level`); followed when the platform admin changes it.
     pub pod_security: std::sync::RwLock<PodSecurityLevel>,
+    /// What it may ask of the management cluster beyond Pod Security: the syncer's policy with its Cluster's
+    /// `tenancy.nest.dev/allow-*` annotations ([`crate::policy`]).
+    pub policy: std::sync::RwLock<crate::policy::Policy>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -101,6 +104,8 @@ struct Found {
     weight: u32,
     /// The annotation [`POD_SECURITY_ANNOTATION`], if set.
     pod_security: Option<String>,
+    /// The annotations of its control plane, and of its Cluster over those: the platform admin's word on it.
+    annotations: BTreeMap<String, String>,
     namespace: String,
     cluster: String,
     /// Ready, with an endpoint.
@@ -209,14 +214,15 @@ fn look(planes: &[Arc<NestedControlPlane>], clusters: &[Arc<Cluster>]) -> Vec<Fo
             || cluster.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
         let ready = plane.status.as_ref().is_some_and(|s| s.ready || s.initialized);
         let endpoint = plane.spec.control_plane_endpoint.clone().filter(|e| ready && !e.is_zero());
-        let annotation = |name: &str| {
-            cluster.and_then(|c| c.annotations().get(name).cloned()).or_else(|| plane.annotations().get(name).cloned())
-        };
+        let mut annotations = plane.annotations().clone();
+        annotations.extend(cluster.map(|c| c.annotations().clone()).unwrap_or_default());
+        let annotation = |name: &str| annotations.get(name).cloned();
         found.push(Found {
             key: names::cluster_key(&namespace, &cluster_name, &uid),
             plane: plane.name_any(),
             weight: annotation(WEIGHT_ANNOTATION).and_then(|w| w.parse().ok()).unwrap_or(1),
             pod_security: annotation(POD_SECURITY_ANNOTATION),
+            annotations: annotations.clone(),
             namespace,
             cluster: cluster_name,
             endpoint: endpoint.map(|e| (e.host, e.port)),
@@ -242,6 +248,8 @@ async fn reconcile(syncer: &Arc<Syncer>, found: &[Found]) {
         syncer.queue.set_weight(&candidate.key, candidate.weight);
         if let Some(running) = syncer.tenant(&candidate.key) {
             *running.pod_security.write().expect("the level lock") = level_of(syncer, candidate);
+            *running.policy.write().expect("the policy lock") =
+                syncer.options.policy.with_annotations(&candidate.annotations);
         }
         let actions = advance(syncer, &candidate.key, Event::Seen { ready: candidate.endpoint.is_some() });
         act(syncer, &candidate.key, Some(candidate), &actions).await;
@@ -449,6 +457,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         namespaces,
         kind_ready: syncer.kinds.iter().map(|_| AtomicBool::new(false)).collect(),
         pod_security: std::sync::RwLock::new(level_of(syncer, found)),
+        policy: std::sync::RwLock::new(syncer.options.policy.with_annotations(&found.annotations)),
         tasks: std::sync::Mutex::new(Vec::new()),
     });
     let patrol = tokio::spawn(patrol(syncer.clone(), Arc::downgrade(&tenant)));

@@ -516,7 +516,8 @@ fn a_tenant_with_thousands_of_pods_does_not_starve_another() {
     let node_dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let (server, _components) = management("127.124.0.0/16", "127.24.0.0/16", node_dir.path());
-    let _syncer = Component::run(&server, &["syncer"]);
+    // busy's scheduler is one the platform admin allows.
+    let _syncer = Component::run(&server, &["syncer", "--allow-scheduler-name", "nobody"]);
     eventually(60, "the manager's CRDs served", || server.kubectl(&["get", "nestedcontrolplanes"]).status.success());
     nest(&server, &["cluster", "create", "busy", "--pod-security", "baseline", "--wait", "--timeout", "60s"]);
     nest(&server, &["cluster", "create", "quiet", "--pod-security", "baseline", "--wait", "--timeout", "60s"]);
@@ -626,9 +627,9 @@ fn pod_security_is_the_platform_admins_choice_per_tenant() {
     let escape = dir.join("escape.yaml");
     std::fs::write(
         &escape,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: escape}\nspec:\n  hostNetwork: true\n  volumes: [{name: root, \
-         hostPath: {path: /}}]\n  containers:\n  - {name: c, image: nginx, securityContext: {privileged: true, \
-         capabilities: {add: [SYS_ADMIN]}}, ports: [{containerPort: 22, hostPort: 22}]}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: escape}\nspec:\n  hostNetwork: true\n  containers:\n  - {name: c, \
+         image: nginx, securityContext: {privileged: true, capabilities: {add: [SYS_ADMIN]}}, ports: [{containerPort: \
+         22, hostPort: 22}]}\n",
     )
     .unwrap();
     tenant_ok(&server, "strict", dir, &["create", "-f", escape.to_str().unwrap()]);
@@ -637,11 +638,73 @@ fn pod_security_is_the_platform_admins_choice_per_tenant() {
             "escape",
             concat!(
                 r#"violates PodSecurity "baseline:latest": non-default capabilities (container "c" must not include "#,
-                r#""SYS_ADMIN" in securityContext.capabilities.add), host namespaces (hostNetwork=true), hostPath "#,
-                r#"volumes (volume "root"), hostPort (container "c" uses hostPort 22), privileged (container "c" must "#,
+                r#""SYS_ADMIN" in securityContext.capabilities.add), host namespaces (hostNetwork=true), "#,
+                r#"hostPort (container "c" uses hostPort 22), privileged (container "c" must "#,
                 r#"not set securityContext.privileged=true)"#
             ),
         )
     });
     assert!(!server.kubectl(&["get", "pod", "escape", "-n", &strict_default]).status.success());
+
+    // Beyond Pod Security, the syncer's policy: what baseline lets through but a tenant may not ask of the
+    // management cluster, each refused by name.
+    let asks = [
+        (
+            "nfs",
+            "volumes: [{name: v, nfs: {server: 127.0.0.1, path: /}}]",
+            "spec.volumes[0].nfs: \"nfs\" is not allowed",
+        ),
+        (
+            "rooted",
+            "volumes: [{name: root, hostPath: {path: /}}]",
+            "spec.volumes[0].hostPath: \"hostPath\" is not allowed",
+        ),
+        (
+            "critical",
+            "priorityClassName: system-node-critical",
+            "spec.priorityClassName: \"system-node-critical\" is not allowed",
+        ),
+        (
+            "tolerant",
+            "tolerations: [{operator: Exists}]",
+            "spec.tolerations[0]: a toleration of every taint is not allowed",
+        ),
+        ("pinned", "nodeSelector: {kubernetes.io/hostname: host}", "spec.nodeSelector[kubernetes.io/hostname]"),
+        ("scheduled", "schedulerName: mine", "spec.schedulerName: \"mine\" is not allowed"),
+        ("classy", "runtimeClassName: kata", "spec.runtimeClassName: \"kata\" is not allowed"),
+    ];
+    for (name, field, _) in asks {
+        let file = dir.join(format!("{name}.yaml"));
+        let manifest = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  {field}\n  containers: [{{name: c, image: nginx}}]\n"
+        );
+        std::fs::write(&file, manifest).unwrap();
+        tenant_ok(&server, "strict", dir, &["create", "-f", file.to_str().unwrap()]);
+    }
+    for (name, _, refusal) in asks {
+        eventually(60, &format!("a SyncFailed Event for {name}"), || sync_failed(name, refusal));
+        assert!(!server.kubectl(&["get", "pod", name, "-n", &strict_default]).status.success(), "{name} went down");
+    }
+    // Services: ClusterIP only unless the admin opts the tenant in; Endpoints never to the host or the API server.
+    let services = dir.join("services.yaml");
+    std::fs::write(
+        &services,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: exposed}\nspec: {type: NodePort, selector: {app: x}, ports: \
+         [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: sideways}\nspec: {ports: [{port: 443}]}\n\
+         ---\napiVersion: v1\nkind: Endpoints\nmetadata: {name: sideways}\nsubsets: [{addresses: [{ip: 127.0.0.1}], \
+         ports: [{port: 6443}]}]\n",
+    )
+    .unwrap();
+    tenant_ok(&server, "strict", dir, &["create", "-f", services.to_str().unwrap()]);
+    eventually(60, "the NodePort Service refused", || sync_failed("exposed", "spec.type: \"NodePort\" is not allowed"));
+    eventually(60, "the Endpoints to loopback refused", || {
+        sync_failed("sideways", "subsets[0].addresses[0].ip: \"127.0.0.1\" is a loopback address")
+    });
+    assert!(!server.kubectl(&["get", "endpoints", "sideways", "-n", &strict_default]).status.success());
+    assert!(!server.kubectl(&["get", "service", "exposed", "-n", &strict_default]).status.success());
+    // The admin lets this tenant have NodePorts: the Service goes down.
+    server.ok(&["annotate", "cluster", "strict", "tenancy.nest.dev/allow-service-types=NodePort"]);
+    eventually(60, "the NodePort Service synced once allowed", || {
+        server.kubectl(&["get", "service", "exposed", "-n", &strict_default]).status.success()
+    });
 }

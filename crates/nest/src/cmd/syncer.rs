@@ -37,6 +37,44 @@ pub struct Args {
     /// otherwise (annotation `tenancy.nest.dev/pod-security`).
     #[arg(long, value_name = "LEVEL", default_value = "restricted", value_parser = parse_level)]
     pod_security_level: nest_syncer::tenants::PodSecurityLevel,
+    /// A Service type tenants may use besides ClusterIP (NodePort, LoadBalancer, ExternalName); repeatable.
+    #[arg(long = "allow-service-type", value_name = "TYPE")]
+    allow_service_types: Vec<String>,
+    /// A pod volume type tenants may use besides the defaults (configMap, secret, downwardAPI, projected, emptyDir,
+    /// persistentVolumeClaim, ephemeral, image); repeatable.
+    #[arg(long = "allow-volume-type", value_name = "TYPE")]
+    allow_volume_types: Vec<String>,
+    /// A toleration key tenants' pods may use besides node.kubernetes.io/not-ready and unreachable; repeatable.
+    #[arg(long = "allow-toleration-key", value_name = "KEY")]
+    allow_toleration_keys: Vec<String>,
+    /// A node label tenants' pods may select nodes by besides OS, architecture, zone, region and instance type;
+    /// repeatable.
+    #[arg(long = "allow-node-selector-key", value_name = "KEY")]
+    allow_node_selector_keys: Vec<String>,
+    /// A scheduler tenants' pods may name besides default-scheduler; repeatable.
+    #[arg(long = "allow-scheduler-name", value_name = "NAME")]
+    allow_scheduler_names: Vec<String>,
+    /// A runtime class tenants' pods may name; repeatable.
+    #[arg(long = "allow-runtime-class", value_name = "NAME")]
+    allow_runtime_classes: Vec<String>,
+    /// A priority class tenants' pods may name besides those labelled tenancy.nest.dev/public=true; repeatable.
+    #[arg(long = "allow-priority-class", value_name = "NAME")]
+    allow_priority_classes: Vec<String>,
+}
+
+impl Args {
+    /// The default policy with what the flags add.
+    fn policy(&self) -> nest_syncer::policy::Policy {
+        let mut policy = nest_syncer::policy::Policy::default();
+        policy.service_types.extend(self.allow_service_types.iter().cloned());
+        policy.volume_types.extend(self.allow_volume_types.iter().cloned());
+        policy.toleration_keys.extend(self.allow_toleration_keys.iter().cloned());
+        policy.node_selector_keys.extend(self.allow_node_selector_keys.iter().cloned());
+        policy.scheduler_names.extend(self.allow_scheduler_names.iter().cloned());
+        policy.runtime_classes.extend(self.allow_runtime_classes.iter().cloned());
+        policy.priority_classes.extend(self.allow_priority_classes.iter().cloned());
+        policy
+    }
 }
 
 pub fn parse_level(text: &str) -> Result<nest_syncer::tenants::PodSecurityLevel, String> {
@@ -61,6 +99,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.transparent_prefixes.clone()
         },
         pod_security: args.pod_security_level,
+        policy: args.policy(),
         ..Default::default()
     };
     let (syncer, running) = nest_syncer::start(client, options);

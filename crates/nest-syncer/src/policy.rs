@@ -1,0 +1,366 @@
+//! What a tenant may ask of the management cluster beyond what Pod Security admits there: the platform admin's
+//! allowlists, checked on each object before it goes down. A refusal names the field and what is allowed; it reaches
+//! the tenant as a `SyncFailed` Event on the object (a 403, not retried), and nothing of the object reaches the
+//! super cluster.
+//!
+//! The defaults keep a tenant's workloads on the cluster's ordinary footing: ClusterIP Services only (headless
+//! included); the volume types Pod Security's restricted level allows, less inline CSI; no tolerations but for the
+//! node conditions every pod tolerates; node selection only by zone, region, OS, architecture and instance type
+//! (never a node's name); the default scheduler; no runtime classes; priority classes only those the management
+//! cluster shares as public; and Endpoints only to addresses that are none of the host's, the nodes', the API
+//! server's or another tenant's pods'. `nest syncer --allow-*` widens them for every tenant; a tenant's Cluster (or
+//! NestedControlPlane) annotation `tenancy.nest.dev/allow-<what>: a,b` adds to them for that tenant.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use serde_json::Value;
+
+/// The allowlists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// `spec.type` of Services.
+    pub service_types: Vec<String>,
+    /// Pod volume sources (`emptyDir`, `nfs`…).
+    pub volume_types: Vec<String>,
+    /// Toleration keys (a toleration of every taint, with no key, is never allowed).
+    pub toleration_keys: Vec<String>,
+    /// Node label keys a pod may select nodes by (`nodeSelector`, node affinity).
+    pub node_selector_keys: Vec<String>,
+    pub scheduler_names: Vec<String>,
+    pub runtime_classes: Vec<String>,
+    /// Priority classes allowed besides those shared as public.
+    pub priority_classes: Vec<String>,
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            service_types: strings(&["ClusterIP"]),
+            volume_types: strings(&[
+                "configMap",
+                "secret",
+                "downwardAPI",
+                "projected",
+                "emptyDir",
+                "persistentVolumeClaim",
+                "ephemeral",
+                "image",
+            ]),
+            toleration_keys: strings(&["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"]),
+            node_selector_keys: strings(&[
+                "kubernetes.io/os",
+                "kubernetes.io/arch",
+                "topology.kubernetes.io/zone",
+                "topology.kubernetes.io/region",
+                "node.kubernetes.io/instance-type",
+            ]),
+            scheduler_names: strings(&["default-scheduler"]),
+            runtime_classes: Vec::new(),
+            priority_classes: Vec::new(),
+        }
+    }
+}
+
+/// The annotation on a tenant's Cluster (or NestedControlPlane) adding to list `what` for that tenant.
+pub const ALLOW_PREFIX: &str = "tenancy.nest.dev/allow-";
+
+impl Policy {
+    /// This policy with what a tenant's annotations add (`tenancy.nest.dev/allow-service-types: NodePort`, and
+    /// `volume-types`, `toleration-keys`, `node-selector-keys`, `scheduler-names`, `runtime-classes`,
+    /// `priority-classes`).
+    pub fn with_annotations<'a>(&self, annotations: impl IntoIterator<Item = (&'a String, &'a String)>) -> Policy {
+        let mut policy = self.clone();
+        for (key, value) in annotations {
+            let Some(what) = key.strip_prefix(ALLOW_PREFIX) else { continue };
+            let list = match what {
+                "service-types" => &mut policy.service_types,
+                "volume-types" => &mut policy.volume_types,
+                "toleration-keys" => &mut policy.toleration_keys,
+                "node-selector-keys" => &mut policy.node_selector_keys,
+                "scheduler-names" => &mut policy.scheduler_names,
+                "runtime-classes" => &mut policy.runtime_classes,
+                "priority-classes" => &mut policy.priority_classes,
+                _ => continue,
+            };
+            list.extend(value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
+        }
+        policy
+    }
+}
+
+/// What a check knows besides the policy.
+pub struct Context<'a> {
+    pub policy: &'a Policy,
+    /// The priority classes the management cluster shares as public.
+    pub public_priority_classes: BTreeSet<String>,
+    /// Why an address may not be an Endpoints address (a node's, the API server's, another tenant's pod's), if so.
+    pub forbidden_address: &'a dyn Fn(IpAddr) -> Option<&'static str>,
+}
+
+fn refused(field: impl std::fmt::Display, value: &str, allowed: &[String]) -> String {
+    let allowed = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
+    format!("{field}: {value:?} is not allowed by the management cluster's policy for tenants (allowed: {allowed})")
+}
+
+/// A super pod's spec.
+pub fn pod(spec: &Value, cx: &Context) -> Result<(), String> {
+    let policy = cx.policy;
+    for (i, volume) in spec["volumes"].as_array().into_iter().flatten().enumerate() {
+        let source = volume.as_object().into_iter().flatten().map(|(k, _)| k.as_str()).find(|k| *k != "name");
+        if let Some(source) = source
+            && !policy.volume_types.iter().any(|t| t == source)
+        {
+            return Err(refused(format!("spec.volumes[{i}].{source}"), source, &policy.volume_types));
+        }
+    }
+    if let Some(class) = spec["priorityClassName"].as_str().filter(|c| !c.is_empty())
+        && !cx.public_priority_classes.contains(class)
+        && !policy.priority_classes.iter().any(|c| c == class)
+    {
+        let mut allowed: Vec<String> = cx.public_priority_classes.iter().cloned().collect();
+        allowed.extend(policy.priority_classes.iter().cloned());
+        return Err(refused("spec.priorityClassName", class, &allowed));
+    }
+    for (i, toleration) in spec["tolerations"].as_array().into_iter().flatten().enumerate() {
+        let key = toleration["key"].as_str().unwrap_or_default();
+        if key.is_empty() {
+            return Err(format!(
+                "spec.tolerations[{i}]: a toleration of every taint is not allowed by the management cluster's policy \
+                 for tenants"
+            ));
+        }
+        if !policy.toleration_keys.iter().any(|k| k == key) {
+            return Err(refused(format!("spec.tolerations[{i}].key"), key, &policy.toleration_keys));
+        }
+    }
+    for key in spec["nodeSelector"].as_object().into_iter().flatten().map(|(k, _)| k) {
+        if !policy.node_selector_keys.iter().any(|k| k == key) {
+            return Err(refused(format!("spec.nodeSelector[{key}]"), key, &policy.node_selector_keys));
+        }
+    }
+    let node_affinity = &spec["affinity"]["nodeAffinity"];
+    let required = node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].as_array();
+    let preferred = node_affinity["preferredDuringSchedulingIgnoredDuringExecution"].as_array();
+    let terms = required.into_iter().flatten().chain(preferred.into_iter().flatten().map(|p| &p["preference"]));
+    for term in terms {
+        if let Some(field) = term["matchFields"].as_array().and_then(|f| f.first()) {
+            let key = field["key"].as_str().unwrap_or_default();
+            return Err(refused("spec.affinity.nodeAffinity: matchFields key", key, &[]));
+        }
+        for expression in term["matchExpressions"].as_array().into_iter().flatten() {
+            let key = expression["key"].as_str().unwrap_or_default();
+            if !policy.node_selector_keys.iter().any(|k| k == key) {
+                return Err(refused(
+                    "spec.affinity.nodeAffinity: matchExpressions key",
+                    key,
+                    &policy.node_selector_keys,
+                ));
+            }
+        }
+    }
+    let scheduler = spec["schedulerName"].as_str().unwrap_or("default-scheduler");
+    if !policy.scheduler_names.iter().any(|s| s == scheduler) {
+        return Err(refused("spec.schedulerName", scheduler, &policy.scheduler_names));
+    }
+    if let Some(class) = spec["runtimeClassName"].as_str().filter(|c| !c.is_empty())
+        && !policy.runtime_classes.iter().any(|c| c == class)
+    {
+        return Err(refused("spec.runtimeClassName", class, &policy.runtime_classes));
+    }
+    Ok(())
+}
+
+/// A super Service's spec.
+pub fn service(spec: &Value, cx: &Context) -> Result<(), String> {
+    let kind = spec["type"].as_str().unwrap_or("ClusterIP");
+    if !cx.policy.service_types.iter().any(|t| t == kind) {
+        return Err(refused("spec.type", kind, &cx.policy.service_types));
+    }
+    Ok(())
+}
+
+/// Why `ip` can never be a tenant's Endpoints address, whoever runs the cluster: the host's own and addresses that
+/// reach no single pod.
+pub fn special_address(ip: IpAddr) -> Option<&'static str> {
+    let (loopback, link_local, unspecified, multicast) = match ip {
+        IpAddr::V4(v4) => {
+            (v4.is_loopback(), v4.is_link_local(), v4.is_unspecified(), v4.is_multicast() || v4.is_broadcast())
+        }
+        IpAddr::V6(v6) => {
+            (v6.is_loopback(), (v6.segments()[0] & 0xffc0) == 0xfe80, v6.is_unspecified(), v6.is_multicast())
+        }
+    };
+    if loopback {
+        Some("a loopback address")
+    } else if link_local {
+        Some("a link-local address")
+    } else if unspecified {
+        Some("the unspecified address")
+    } else if multicast {
+        Some("a multicast or broadcast address")
+    } else {
+        None
+    }
+}
+
+/// A super Endpoints object (of a Service without a selector): every address a pod's.
+pub fn endpoints(object: &Value, cx: &Context) -> Result<(), String> {
+    for (i, subset) in object["subsets"].as_array().into_iter().flatten().enumerate() {
+        for list in ["addresses", "notReadyAddresses"] {
+            for (j, address) in subset[list].as_array().into_iter().flatten().enumerate() {
+                let field = format!("subsets[{i}].{list}[{j}].ip");
+                let text = address["ip"].as_str().unwrap_or_default();
+                let ip: IpAddr = text.parse().map_err(|_| format!("{field}: {text:?} is not an IP address"))?;
+                if let Some(why) = special_address(ip).or_else(|| (cx.forbidden_address)(ip)) {
+                    return Err(format!(
+                        "{field}: {text:?} is {why}, which the management cluster's policy for tenants does not allow"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Keeps [`crate::Syncer::api_addresses`]: the management cluster's `default/kubernetes` Service's addresses and
+/// its Endpoints', read every minute.
+pub async fn follow_api_server(syncer: std::sync::Arc<crate::Syncer>) {
+    use k8s_openapi::api::core::v1::{Endpoints, Service};
+    let services: kube::Api<Service> = kube::Api::namespaced(syncer.super_client.clone(), "default");
+    let endpoints: kube::Api<Endpoints> = kube::Api::namespaced(syncer.super_client.clone(), "default");
+    loop {
+        let mut found = BTreeSet::new();
+        if let Ok(service) = services.get("kubernetes").await {
+            let spec = service.spec.unwrap_or_default();
+            found.extend(
+                spec.cluster_ips
+                    .unwrap_or_default()
+                    .iter()
+                    .chain(&spec.cluster_ip)
+                    .filter_map(|ip| ip.parse::<IpAddr>().ok()),
+            );
+        }
+        if let Ok(endpoints) = endpoints.get("kubernetes").await {
+            let addresses =
+                endpoints.subsets.unwrap_or_default().into_iter().flat_map(|s| s.addresses.unwrap_or_default());
+            found.extend(addresses.filter_map(|a| a.ip.parse::<IpAddr>().ok()));
+        }
+        if !found.is_empty() {
+            *syncer.api_addresses.write().expect("the addresses lock") = found;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(spec: Value, policy: &Policy) -> Result<(), String> {
+        let nothing = |_: IpAddr| None;
+        let cx = Context {
+            policy,
+            public_priority_classes: ["shared-high".to_string()].into(),
+            forbidden_address: &nothing,
+        };
+        pod(&spec, &cx)
+    }
+
+    #[test]
+    fn pods_ask_only_for_what_the_policy_allows() {
+        let policy = Policy::default();
+        let plain = json!({"containers": [{"name": "c"}], "volumes": [{"name": "v", "emptyDir": {}}],
+                           "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
+                           "nodeSelector": {"kubernetes.io/os": "linux"}, "priorityClassName": "shared-high"});
+        assert_eq!(check(plain, &policy), Ok(()));
+        let cases = [
+            (
+                json!({"volumes": [{"name": "v", "nfs": {"server": "127.0.0.1", "path": "/"}}]}),
+                "spec.volumes[0].nfs: \"nfs\" is not allowed",
+            ),
+            (
+                json!({"priorityClassName": "system-node-critical"}),
+                "spec.priorityClassName: \"system-node-critical\" is not allowed by the management cluster's policy for tenants (allowed: shared-high)",
+            ),
+            (
+                json!({"tolerations": [{"operator": "Exists"}]}),
+                "spec.tolerations[0]: a toleration of every taint is not allowed",
+            ),
+            (
+                json!({"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}),
+                "spec.tolerations[0].key: \"node-role.kubernetes.io/control-plane\" is not allowed",
+            ),
+            (
+                json!({"nodeSelector": {"kubernetes.io/hostname": "node-1"}}),
+                "spec.nodeSelector[kubernetes.io/hostname]: \"kubernetes.io/hostname\" is not allowed",
+            ),
+            (
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}}}}),
+                "spec.affinity.nodeAffinity: matchFields key: \"metadata.name\" is not allowed",
+            ),
+            (
+                json!({"schedulerName": "mine"}),
+                "spec.schedulerName: \"mine\" is not allowed by the management cluster's policy for tenants (allowed: default-scheduler)",
+            ),
+            (
+                json!({"runtimeClassName": "runc-privileged"}),
+                "spec.runtimeClassName: \"runc-privileged\" is not allowed by the management cluster's policy for tenants (allowed: none)",
+            ),
+        ];
+        for (spec, expected) in cases {
+            let error = check(spec.clone(), &policy).unwrap_err();
+            assert!(error.starts_with(expected), "{spec}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_tenants_annotations_add_to_the_policy() {
+        let annotations: Vec<(String, String)> = vec![
+            ("tenancy.nest.dev/allow-service-types".into(), "NodePort, LoadBalancer".into()),
+            ("tenancy.nest.dev/allow-scheduler-names".into(), "mine".into()),
+            ("tenancy.nest.dev/weight".into(), "3".into()),
+        ];
+        let policy = Policy::default().with_annotations(annotations.iter().map(|(k, v)| (k, v)));
+        assert_eq!(policy.service_types, ["ClusterIP", "NodePort", "LoadBalancer"]);
+        assert_eq!(check(json!({"schedulerName": "mine"}), &policy), Ok(()));
+        let nothing = |_: IpAddr| None;
+        let cx = Context { policy: &policy, public_priority_classes: BTreeSet::new(), forbidden_address: &nothing };
+        assert!(service(&json!({"type": "NodePort"}), &cx).is_ok());
+        assert!(service(&json!({"type": "ExternalName"}), &cx).unwrap_err().starts_with("spec.type: \"ExternalName\""));
+    }
+
+    #[test]
+    fn endpoints_never_point_at_the_host_or_what_the_cluster_keeps_apart() {
+        let policy = Policy::default();
+        let node = |ip: IpAddr| (ip == "10.0.0.7".parse::<IpAddr>().unwrap()).then_some("a node's address");
+        let cx = Context { policy: &policy, public_priority_classes: BTreeSet::new(), forbidden_address: &node };
+        let at =
+            |ip: &str| json!({"subsets": [{"addresses": [{"ip": "10.1.2.3"}, {"ip": ip}], "ports": [{"port": 443}]}]});
+        assert_eq!(endpoints(&at("10.1.2.4"), &cx), Ok(()));
+        for (ip, why) in [
+            ("127.0.0.1", "a loopback address"),
+            ("169.254.169.254", "a link-local address"),
+            ("0.0.0.0", "the unspecified address"),
+            ("224.0.0.1", "a multicast or broadcast address"),
+            ("::1", "a loopback address"),
+            ("fe80::1", "a link-local address"),
+            ("10.0.0.7", "a node's address"),
+        ] {
+            let error = endpoints(&at(ip), &cx).unwrap_err();
+            assert_eq!(
+                error,
+                format!(
+                    "subsets[0].addresses[1].ip: {ip:?} is {why}, which the management cluster's policy for tenants does not allow"
+                )
+            );
+        }
+        assert!(endpoints(&at("not-an-ip"), &cx).unwrap_err().contains("is not an IP address"));
+    }
+}
