@@ -34,7 +34,7 @@ pub const RESERVED_PREFIXES: &[&str] =
 /// The longest DNS label.
 const LABEL_MAX: usize = 63;
 
-/// FNV-1a, 64 bits: stable across builds and machines.
+/// FNV-1a, 64 bits: stable across builds and machines (for the cluster key's UID part, which no tenant chooses).
 pub fn hash(text: &str) -> u64 {
     text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
 }
@@ -51,12 +51,34 @@ pub fn short_hash(text: &str, len: usize) -> String {
     out
 }
 
-/// `name` as a DNS label: itself when short enough, else cut and ended with a hash of the whole.
+/// SHA-256 of `text` in base 36, `len` characters (at most 49): what ends a name too long for a label. Collision
+/// resistant, so that no tenant can choose a name that lands in another tenant's namespace (16 characters are 82
+/// bits).
+pub fn digest(text: &str, len: usize) -> String {
+    let sum = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let (mut high, mut low) = {
+        let bytes = sum.as_ref();
+        (
+            u128::from_be_bytes(bytes[..16].try_into().expect("16 bytes")),
+            u128::from_be_bytes(bytes[16..].try_into().expect("16 bytes")),
+        )
+    };
+    let mut out = String::new();
+    for i in 0..len {
+        // 24 digits from each half: each has 124 bits, more than 24 base-36 digits need.
+        let n = if i < 24 { &mut high } else { &mut low };
+        out.push(char::from_digit((*n % 36) as u32, 36).expect("a base-36 digit"));
+        *n /= 36;
+    }
+    out
+}
+
+/// `name` as a DNS label: itself when short enough, else cut and ended with a digest of the whole.
 pub fn label_safe(name: &str) -> String {
     if name.len() <= LABEL_MAX {
         return name.to_string();
     }
-    let suffix = short_hash(name, 8);
+    let suffix = digest(name, 16);
     let keep = name[..LABEL_MAX - suffix.len() - 1].trim_end_matches('-');
     format!("{keep}-{suffix}")
 }
@@ -96,5 +118,17 @@ mod tests {
             assert!(!copied(instruction), "{instruction} reaches the super cluster");
         }
         assert!(copied("example.nest.dev/team"), "only nest.dev/ itself is reserved");
+    }
+
+    #[test]
+    fn long_names_end_in_a_digest_of_the_whole() {
+        let long = format!("{}-{}", "a".repeat(40), "b".repeat(40));
+        let safe = label_safe(&long);
+        assert_eq!(safe.len(), 63);
+        assert_eq!(&safe[..46], &long[..46]);
+        assert_eq!(safe[47..], digest(&long, 16));
+        assert_eq!(digest("nest", 16), digest("nest", 16));
+        assert_ne!(digest("nest", 16), digest("nesu", 16));
+        assert!(digest("nest", 16).chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
     }
 }

@@ -354,6 +354,21 @@ async fn sweep_orphans(syncer: &Syncer, known: &BTreeSet<&str>) {
         tracing::info!(tenant = %key, "removing the objects of a tenant that no longer exists");
         remove_everything(syncer, &key).await;
     }
+    // A super namespace of a tenant that is not the name its tenant namespace has now (made under an older naming
+    // of long names) holds copies nothing keeps: it goes, and its objects are made again where they belong.
+    let namespaces: Api<Namespace> = Api::all(syncer.super_client.clone());
+    for namespace in syncer.super_namespaces.state() {
+        let (Some(key), Some(tenant_namespace)) =
+            (namespace.labels().get(TENANT_LABEL), namespace.annotations().get(names::TENANT_NAMESPACE))
+        else {
+            continue;
+        };
+        let name = namespace.name_any();
+        if known.contains(key.as_str()) && names::super_namespace(key, tenant_namespace) != name {
+            tracing::info!(tenant = %key, namespace = %name, "removing a super namespace of an older name");
+            let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+        }
+    }
 }
 
 /// The level a found tenant's namespaces enforce.
