@@ -21,6 +21,8 @@ struct Counts {
     /// tenant → (patrol rounds, items queued by them, seconds spent comparing).
     patrols: BTreeMap<String, (u64, u64, f64)>,
     health: BTreeMap<String, bool>,
+    /// (tenant, kind) → objects that waited for room under the tenant's cap.
+    capped: BTreeMap<(String, &'static str), u64>,
 }
 
 /// The counters.
@@ -65,12 +67,16 @@ impl Metrics {
             c.health.insert(tenant.to_string(), healthy);
         });
     }
+    pub fn capped(&self, tenant: &str, kind: &'static str) {
+        self.with(|c| *c.capped.entry((tenant.to_string(), kind)).or_default() += 1);
+    }
     /// Forgets a tenant that is gone.
     pub fn forget(&self, tenant: &str) {
         self.with(|c| {
             c.waits.remove(tenant);
             c.patrols.remove(tenant);
             c.health.remove(tenant);
+            c.capped.retain(|(t, _), _| t != tenant);
         });
     }
 }
@@ -140,5 +146,13 @@ pub fn render(syncer: &Syncer) -> String {
     family(&mut out, "nest_syncer_patrol_items_total", "counter", "Objects compared by patrols, per tenant.", compared);
     let health = c.health.iter().map(|(t, h)| (tenant(t), u8::from(*h).to_string()));
     family(&mut out, "nest_syncer_tenant_healthy", "gauge", "1 while the tenant's API server answers.", health);
+    let capped = c.capped.iter().map(|((t, kind), n)| (format!("tenant=\"{t}\",kind=\"{kind}\""), n.to_string()));
+    family(
+        &mut out,
+        "nest_syncer_capped_total",
+        "counter",
+        "Objects that waited because their tenant was at its cap of the kind, per tenant and kind.",
+        capped,
+    );
     out
 }

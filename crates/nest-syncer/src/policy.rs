@@ -31,7 +31,21 @@ pub struct Policy {
     pub runtime_classes: Vec<String>,
     /// Priority classes allowed besides those shared as public.
     pub priority_classes: Vec<String>,
+    /// How much of each synced kind (by plural) a tenant may keep in the management cluster.
+    pub caps: std::collections::BTreeMap<String, Cap>,
 }
+
+/// How much of one kind a tenant may keep in the management cluster: objects, and bytes of their JSON.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cap {
+    pub objects: Option<usize>,
+    pub bytes: Option<u64>,
+}
+
+/// Objects of each kind a tenant may keep unless told otherwise.
+pub const DEFAULT_OBJECTS: usize = 10_000;
+/// Bytes of ConfigMaps, and of Secrets, a tenant may keep unless told otherwise.
+pub const DEFAULT_CONFIG_BYTES: u64 = 64 << 20;
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
@@ -62,12 +76,18 @@ impl Default for Policy {
             scheduler_names: strings(&["default-scheduler"]),
             runtime_classes: Vec::new(),
             priority_classes: Vec::new(),
+            caps: ["configmaps", "secrets"]
+                .into_iter()
+                .map(|kind| (kind.to_string(), Cap { objects: None, bytes: Some(DEFAULT_CONFIG_BYTES) }))
+                .collect(),
         }
     }
 }
 
 /// The annotation on a tenant's Cluster (or NestedControlPlane) adding to list `what` for that tenant.
 pub const ALLOW_PREFIX: &str = "tenancy.nest.dev/allow-";
+/// The annotations setting a tenant's caps: `tenancy.nest.dev/cap-<plural>-objects: 100`, `…-bytes: 1Mi`.
+pub const CAP_PREFIX: &str = "tenancy.nest.dev/cap-";
 
 impl Policy {
     /// This policy with what a tenant's annotations add (`tenancy.nest.dev/allow-service-types: NodePort`, and
@@ -76,6 +96,10 @@ impl Policy {
     pub fn with_annotations<'a>(&self, annotations: impl IntoIterator<Item = (&'a String, &'a String)>) -> Policy {
         let mut policy = self.clone();
         for (key, value) in annotations {
+            if let Some(cap) = key.strip_prefix(CAP_PREFIX) {
+                policy.set_cap(cap, value);
+                continue;
+            }
             let Some(what) = key.strip_prefix(ALLOW_PREFIX) else { continue };
             let list = match what {
                 "service-types" => &mut policy.service_types,
@@ -91,6 +115,59 @@ impl Policy {
         }
         policy
     }
+}
+
+impl Policy {
+    /// Sets cap `what` (`<plural>-objects` or `<plural>-bytes`) to `value` (a count, or a quantity such as `1Mi`);
+    /// false when `what` or `value` means nothing.
+    pub fn set_cap(&mut self, what: &str, value: &str) -> bool {
+        let value = value.trim();
+        if !value.starts_with(|c: char| c.is_ascii_digit()) {
+            return false;
+        }
+        if let Some(kind) = what.strip_suffix("-objects")
+            && let Ok(n) = value.parse()
+        {
+            self.caps.entry(kind.to_string()).or_default().objects = Some(n);
+            return true;
+        }
+        if let Some(kind) = what.strip_suffix("-bytes") {
+            let bytes = nest_core::quantity::parse(value);
+            if bytes.is_finite() && bytes >= 0.0 {
+                self.caps.entry(kind.to_string()).or_default().bytes = Some(bytes as u64);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The cap of kind `plural`.
+    pub fn cap(&self, plural: &str) -> Cap {
+        let cap = self.caps.get(plural).copied().unwrap_or_default();
+        Cap { objects: cap.objects.or(Some(DEFAULT_OBJECTS)), ..cap }
+    }
+}
+
+/// Whether one more object of `size` bytes fits under `cap` beside `objects` others of `bytes` bytes in all; the
+/// refusal says what the cap is and what is used.
+pub fn within(cap: Cap, plural: &str, objects: usize, bytes: u64, size: u64) -> Result<(), String> {
+    if let Some(max) = cap.objects
+        && objects + 1 > max
+    {
+        return Err(format!(
+            "the tenant's cap of {max} {plural} in the management cluster is reached ({objects} there): it waits until \
+             there is room"
+        ));
+    }
+    if let Some(max) = cap.bytes
+        && bytes + size > max
+    {
+        return Err(format!(
+            "the tenant's cap of {max} bytes of {plural} in the management cluster would be passed ({bytes} there, \
+             this one {size}): it waits until there is room"
+        ));
+    }
+    Ok(())
 }
 
 /// What a check knows besides the policy.
@@ -334,6 +411,25 @@ mod tests {
         let cx = Context { policy: &policy, public_priority_classes: BTreeSet::new(), forbidden_address: &nothing };
         assert!(service(&json!({"type": "NodePort"}), &cx).is_ok());
         assert!(service(&json!({"type": "ExternalName"}), &cx).unwrap_err().starts_with("spec.type: \"ExternalName\""));
+    }
+
+    #[test]
+    fn caps_count_objects_and_bytes_per_kind() {
+        let policy = Policy::default();
+        assert_eq!(policy.cap("configmaps"), Cap { objects: Some(DEFAULT_OBJECTS), bytes: Some(DEFAULT_CONFIG_BYTES) });
+        assert_eq!(policy.cap("pods"), Cap { objects: Some(DEFAULT_OBJECTS), bytes: None });
+        let annotations: Vec<(String, String)> = vec![
+            ("tenancy.nest.dev/cap-configmaps-bytes".into(), "1Mi".into()),
+            ("tenancy.nest.dev/cap-pods-objects".into(), "3".into()),
+            ("tenancy.nest.dev/cap-secrets-bytes".into(), "-1".into()),
+        ];
+        let tenant = policy.with_annotations(annotations.iter().map(|(k, v)| (k, v)));
+        assert_eq!(tenant.cap("configmaps").bytes, Some(1 << 20));
+        assert_eq!(tenant.cap("secrets").bytes, Some(DEFAULT_CONFIG_BYTES), "a bad value changes nothing");
+        assert_eq!(within(tenant.cap("pods"), "pods", 2, 0, 100), Ok(()));
+        assert!(within(tenant.cap("pods"), "pods", 3, 0, 100).unwrap_err().starts_with("the tenant's cap of 3 pods"));
+        assert_eq!(within(tenant.cap("configmaps"), "configmaps", 1, 1 << 19, 1 << 19), Ok(()));
+        assert!(within(tenant.cap("configmaps"), "configmaps", 2, 1 << 20, 1).unwrap_err().contains("1048576 bytes"));
     }
 
     #[test]

@@ -252,6 +252,37 @@ async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube:
     }
 }
 
+/// Whether super object `wanted` (`namespace/name` of synced kind `kind`) fits under the tenant's cap of its kind
+/// beside the tenant's other objects of the kind in the super cluster; a refusal is a 403 the tenant is told of, and
+/// the object waits (the next change or patrol tries again).
+fn within_caps(
+    syncer: &Syncer,
+    tenant: &Tenant,
+    kind: usize,
+    namespace: &str,
+    name: &str,
+    wanted: &Value,
+) -> kube::Result<()> {
+    let plural = syncer.kinds[kind].name;
+    let cap = tenant.policy.read().expect("the policy lock").cap(plural);
+    let (mut objects, mut bytes) = (0usize, 0u64);
+    for object in syncer.super_objects[kind].state() {
+        if object.labels().get(TENANT_LABEL) != Some(&tenant.key)
+            || (object.metadata.name.as_deref() == Some(name)
+                && object.metadata.namespace.as_deref() == Some(namespace))
+        {
+            continue;
+        }
+        objects += 1;
+        bytes += object.data.get(crate::BODY).and_then(Value::as_str).map_or(0, str::len) as u64;
+    }
+    let size = wanted.to_string().len() as u64;
+    crate::policy::within(cap, plural, objects, bytes, size).map_err(|refusal| {
+        syncer.metrics.capped(&tenant.key, plural);
+        kube::Error::Api(kube::core::Status::failure(&refusal, "Forbidden").with_code(403).boxed())
+    })
+}
+
 /// What the tenant's policy ([`crate::policy`]) says of super object `wanted` of kind `kind`.
 fn admit(syncer: &Syncer, tenant: &Tenant, kind: &crate::kinds::Kind, wanted: &Value) -> Result<(), String> {
     let policy = tenant.policy.read().expect("the policy lock").clone();
@@ -277,13 +308,12 @@ fn admit(syncer: &Syncer, tenant: &Tenant, kind: &crate::kinds::Kind, wanted: &V
         let pods = syncer.kinds.iter().position(|k| k.name == "pods");
         let others = pods.is_some_and(|index| {
             syncer.super_objects[index].state().iter().any(|pod| {
-                pod.labels().get(TENANT_LABEL) != Some(&tenant.key)
-                    && (pod.data["status"]["podIP"] == text.as_str()
-                        || pod.data["status"]["podIPs"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .any(|p| p["ip"] == text.as_str()))
+                pod.labels().get(TENANT_LABEL) != Some(&tenant.key) && {
+                    // Cached compactly: the status is in the body.
+                    let status = &crate::full(pod)["status"];
+                    status["podIP"] == text.as_str()
+                        || status["podIPs"].as_array().into_iter().flatten().any(|p| p["ip"] == text.as_str())
+                }
             })
         });
         others.then_some("another tenant's pod")
@@ -389,6 +419,7 @@ async fn reconcile_object(
     let uid = tenant_value["metadata"]["uid"].clone();
 
     let Some(existing) = super_value else {
+        within_caps(syncer, tenant, kind, &super_namespace, name, &wanted)?;
         ensure_namespace(syncer, tenant, namespace).await?;
         // A pod's account first (the super cluster may refuse a pod whose account does not exist).
         let account = wanted["spec"]["serviceAccountName"].as_str().unwrap_or("default");
@@ -453,6 +484,9 @@ async fn reconcile_object(
         patch.insert("metadata".into(), json!({"labels": labels}));
     }
     if !patch.is_empty() {
+        if spec.content.iter().any(|field| patch.contains_key(*field)) {
+            within_caps(syncer, tenant, kind, &super_namespace, name, &wanted)?;
+        }
         super_api.patch(name, &PatchParams::default(), &Patch::Merge(&Value::Object(patch))).await?;
         done.down += 1;
     }

@@ -702,6 +702,37 @@ fn pod_security_is_the_platform_admins_choice_per_tenant() {
     });
     assert!(!server.kubectl(&["get", "endpoints", "sideways", "-n", &strict_default]).status.success());
     assert!(!server.kubectl(&["get", "service", "exposed", "-n", &strict_default]).status.success());
+    // Caps: at 300 KiB of ConfigMaps for this tenant, the fourth of 100 KiB waits, with an Event, and the super
+    // cluster never holds more than the cap of the tenant's ConfigMaps.
+    server.ok(&["annotate", "cluster", "strict", "tenancy.nest.dev/cap-configmaps-bytes=300Ki"]);
+    let blob = dir.join("blob");
+    std::fs::write(&blob, "x".repeat(100 * 1024)).unwrap();
+    for i in 0..4 {
+        let from = format!("--from-file=data={}", blob.display());
+        tenant_ok(&server, "strict", dir, &["create", "configmap", &format!("big{i}"), &from]);
+    }
+    let held = || {
+        let listed = server.json(&["get", "configmaps", "-n", &strict_default]);
+        let big: Vec<usize> = listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("big")))
+            .map(|c| c["data"]["data"].as_str().map_or(0, str::len))
+            .collect();
+        (big.len(), big.iter().sum::<usize>())
+    };
+    // Two fit (each is a little more than 100 KiB as JSON); a third would pass the cap.
+    eventually(60, "two ConfigMaps down and the others waiting, told why", || {
+        held() == (2, 2 * 100 * 1024)
+            && (0..4)
+                .filter(|i| sync_failed(&format!("big{i}"), "the tenant's cap of 307200 bytes of configmaps"))
+                .count()
+                == 2
+    });
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(held(), (2, 2 * 100 * 1024), "the super cluster grew past the cap after a patrol");
+
     // The admin lets this tenant have NodePorts: the Service goes down.
     server.ok(&["annotate", "cluster", "strict", "tenancy.nest.dev/allow-service-types=NodePort"]);
     eventually(60, "the NodePort Service synced once allowed", || {

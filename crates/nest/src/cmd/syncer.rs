@@ -60,6 +60,19 @@ pub struct Args {
     /// A priority class tenants' pods may name besides those labelled tenancy.nest.dev/public=true; repeatable.
     #[arg(long = "allow-priority-class", value_name = "NAME")]
     allow_priority_classes: Vec<String>,
+    /// A cap on what each tenant keeps in the management cluster, `<plural>-objects=N` or `<plural>-bytes=SIZE`
+    /// (`configmaps-bytes=16Mi`; defaults: 10,000 objects of each kind, 64Mi of ConfigMaps and of Secrets);
+    /// repeatable. A tenant's Cluster annotation `tenancy.nest.dev/cap-<plural>-objects` (or `-bytes`) sets its own.
+    #[arg(long = "cap", value_name = "WHAT=VALUE", value_parser = parse_cap)]
+    caps: Vec<(String, String)>,
+}
+
+fn parse_cap(text: &str) -> Result<(String, String), String> {
+    let (what, value) = text.split_once('=').ok_or_else(|| format!("{text:?} is not WHAT=VALUE"))?;
+    if !nest_syncer::policy::Policy::default().set_cap(what, value) {
+        return Err(format!("{text:?} is not <plural>-objects=N or <plural>-bytes=SIZE"));
+    }
+    Ok((what.to_string(), value.to_string()))
 }
 
 impl Args {
@@ -73,6 +86,9 @@ impl Args {
         policy.scheduler_names.extend(self.allow_scheduler_names.iter().cloned());
         policy.runtime_classes.extend(self.allow_runtime_classes.iter().cloned());
         policy.priority_classes.extend(self.allow_priority_classes.iter().cloned());
+        for (what, value) in &self.caps {
+            policy.set_cap(what, value);
+        }
         policy
     }
 }
