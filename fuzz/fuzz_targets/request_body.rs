@@ -1,9 +1,11 @@
 //! A request body, as any client may send it: decoded as JSON, YAML or Kubernetes protobuf, then checked against a built-in kind's schema
-//! (or a custom resource's) and its strategy, as a create would. Nothing may panic; every refusal is a 4xx.
+//! (or a custom resource's) and its strategy, as a create would, and read by Pod Security's checks. Nothing may
+//! panic; every refusal is a 4xx.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use nest_apiserver::body::decode_object;
+use nest_registry::kinds::pod_security::standards::{Level, PodView, describe, evaluate};
 use nest_registry::{Catalog, Resource};
 
 fuzz_target!(|data: &[u8]| {
@@ -27,6 +29,13 @@ fuzz_target!(|data: &[u8]| {
             if obj.is_object() {
                 resource.strategy.prepare_for_create(&mut obj);
                 let _ = resource.strategy.validate(&obj);
+                // Pod Security reads any pod (or pod template) a client writes, at every level and version.
+                for pod in [&obj, &obj["spec"]["template"], &obj["spec"]["jobTemplate"]["spec"]["template"]] {
+                    let view = PodView { metadata: &pod["metadata"], spec: &pod["spec"] };
+                    for level in [Level::Baseline, Level::Restricted] {
+                        let _ = describe(&evaluate(level, u32::from(selector) % 40, &view));
+                    }
+                }
             }
         }
         Err(error) => assert!((400..500).contains(&error.code), "{error:?}"),

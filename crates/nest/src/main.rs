@@ -60,6 +60,10 @@ enum Command {
     },
 }
 
+/// What is logged unless `RUST_LOG` says otherwise: warnings, but not kube-client's, which print whole response
+/// bodies (a Secret's data among them) when one does not decode.
+const LOG_DEFAULT: &str = "warn,kube_client=error";
+
 fn main() -> anyhow::Result<()> {
     // In a sandbox the node mounts this binary as the container's first process (`/.nest/init PROGRAM ARGS…`).
     let mut args = std::env::args_os();
@@ -71,7 +75,7 @@ fn main() -> anyhow::Result<()> {
     // SAFETY: umask only sets this process's file-creation mask; it touches no memory and cannot fail.
     unsafe { libc::umask(0o077) };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| LOG_DEFAULT.into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
