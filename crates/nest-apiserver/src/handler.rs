@@ -45,6 +45,8 @@ pub struct State {
     pub kubernetes_version: Option<String>,
     /// What one client may take ([`crate::limits`]), and what the limits did.
     pub limits: crate::limits::Limits,
+    /// How requests are authorized ([`crate::authz`]).
+    pub authorization: crate::authz::Mode,
     pub counters: Arc<crate::limits::Counters>,
 }
 
@@ -366,15 +368,23 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         "/version" => {
             return Ok(json_response(StatusCode::OK, &discovery::version(state.kubernetes_version.as_deref())));
         }
-        "/metrics" if request.method == Method::GET => {
-            let mut response = Response::new(full(state.counters.render()));
-            response.headers_mut().insert("content-type", "text/plain; version=0.0.4".parse().expect("a header value"));
-            return Ok(response);
-        }
         _ if open => return Ok(text_response("ok")),
         _ => {}
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    // Paths that are not resources (discovery, OpenAPI, metrics) are authorized as paths.
+    let resource_path = matches!(segments.as_slice(), ["api", _, _, ..] | ["apis", _, _, _, ..]);
+    if !resource_path && let Some(user) = &user {
+        let verb = request.method.as_str().to_ascii_lowercase();
+        let verb = if verb == "head" { "get".to_string() } else { verb };
+        let action = crate::authz::Action::Path { verb: &verb, path: &path };
+        crate::authz::authorize(&state.registry, state.authorization, user, &action).await?;
+    }
+    if path == "/metrics" && request.method == Method::GET {
+        let mut response = Response::new(full(state.counters.render()));
+        response.headers_mut().insert("content-type", "text/plain; version=0.0.4".parse().expect("a header value"));
+        return Ok(response);
+    }
     let catalog = state.registry.catalog();
     let method = request.method.clone();
     let discovery_get = |doc: Option<Value>| -> Result<Response<Body>> {
@@ -514,6 +524,27 @@ fn content_type(request: &hyper::http::request::Parts) -> String {
         .unwrap_or_default()
 }
 
+/// The RBAC object a write would leave: the body of a create or replace, or the stored object with the patch
+/// applied (the body itself, for an apply of a new object).
+async fn rbac_object_after(
+    state: &Arc<State>,
+    target: &Target,
+    request: &hyper::http::request::Parts,
+    body: &Bytes,
+) -> Result<Value> {
+    let content_type = content_type(request);
+    if request.method != Method::PATCH {
+        return decode_object(&content_type, body);
+    }
+    if content_type == "application/apply-patch+yaml" {
+        return crate::body::decode_object("application/yaml", body);
+    }
+    let (ns, name) = (target.namespace.as_deref().unwrap_or_default(), target.name.as_deref().unwrap_or_default());
+    let current = state.registry.get(&target.resource, ns, name).await?;
+    let patch = parse_patch(&content_type, body, target.resource.schema.is_some())?;
+    apply_patch(&patch, &current, target.resource.schema.as_deref())
+}
+
 /// A request to a resource from `user`: served, with what admission warned about as `Warning` headers.
 async fn resource_request(
     state: &Arc<State>,
@@ -524,6 +555,31 @@ async fn resource_request(
 ) -> Result<Response<Body>> {
     if let Some(user) = user {
         target.resource.user = UserInfo { name: user.name.clone(), groups: user.groups.clone() };
+        let watch = request.uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+        let action = crate::authz::Action::Resource {
+            verb: crate::authz::verb(&request.method, target.name.is_some(), watch),
+            info: &target.resource.info,
+            subresource: target.subresource.as_deref(),
+            namespace: target.namespace.as_deref(),
+            name: target.name.as_deref(),
+        };
+        crate::authz::authorize(&state.registry, state.authorization, user, &action).await?;
+        // A write of an RBAC object grants no more than its writer holds.
+        if target.resource.info.group == "rbac.authorization.k8s.io"
+            && matches!(request.method, Method::POST | Method::PUT | Method::PATCH)
+        {
+            let object = rbac_object_after(state, &target, request, &body).await?;
+            let namespace = target.namespace.as_deref().unwrap_or_default();
+            crate::authz::check_escalation(
+                &state.registry,
+                state.authorization,
+                user,
+                &target.resource.info,
+                namespace,
+                &object,
+            )
+            .await?;
+        }
     }
     let warnings = target.resource.warnings.clone();
     let response = serve_resource(state, target, request, body).await?;

@@ -9,6 +9,7 @@
 //! Start with [`serve`]; `docs/ARCHITECTURE.md` draws the path of a request.
 
 pub mod auth;
+pub mod authz;
 pub mod body;
 pub mod certs;
 pub mod discovery;
@@ -57,6 +58,8 @@ pub struct Config {
     pub pod_security: nest_registry::kinds::pod_security::Config,
     /// What one client may take: connections, timeouts, requests in flight.
     pub limits: limits::Limits,
+    /// How requests are authorized (`--authorization-mode`).
+    pub authorization: authz::Mode,
 }
 
 /// A server that is listening.
@@ -114,6 +117,7 @@ pub async fn serve(
         kubernetes_version,
         limits: limits.clone(),
         counters: counters.clone(),
+        authorization: config.authorization,
     });
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     ready(&Serving { address, kubeconfig });

@@ -293,6 +293,15 @@ fn bytes(tree: &Tree) -> Option<Vec<u8>> {
     }
 }
 
+/// A list's element or a map's value: an empty string there is a value the client sent (`apiGroups: [""]`, a label
+/// `role: ""`), not an unset field.
+fn element(tree: &Tree, schema: &Value, kind: &KindSchema) -> Option<Value> {
+    match tree {
+        Tree::Str(s) if s.is_empty() => Some(json!("")),
+        _ => convert(tree, schema, kind),
+    }
+}
+
 /// The JSON for `tree` under `schema` (`None`: absent, or empty as Go's `omitempty` leaves it out).
 fn convert(tree: &Tree, schema: &Value, kind: &KindSchema) -> Option<Value> {
     let name = ref_name(schema);
@@ -309,7 +318,7 @@ fn convert(tree: &Tree, schema: &Value, kind: &KindSchema) -> Option<Value> {
                 return bytes(tree).map(|b| json!(nest_core::base64::encode(&b)));
             }
             let item_schema = resolved.get("items").unwrap_or(&Value::Null);
-            let items: Vec<Value> = items.iter().filter_map(|i| convert(i, item_schema, kind)).collect();
+            let items: Vec<Value> = items.iter().filter_map(|i| element(i, item_schema, kind)).collect();
             (!items.is_empty()).then_some(Value::Array(items))
         }
         Tree::Map(entries) => {
@@ -317,7 +326,7 @@ fn convert(tree: &Tree, schema: &Value, kind: &KindSchema) -> Option<Value> {
             let map: Map<String, Value> = entries
                 .iter()
                 .filter_map(|(k, v)| match k {
-                    Tree::Str(key) => convert(v, value_schema, kind).map(|v| (key.clone(), v)),
+                    Tree::Str(key) => element(v, value_schema, kind).map(|v| (key.clone(), v)),
                     _ => None,
                 })
                 .collect();
@@ -414,6 +423,26 @@ mod tests {
             content_type: Some(String::new()),
         };
         [MAGIC.to_vec(), unknown.encode_to_vec()].concat()
+    }
+
+    /// kubectl create role --resource=pods sends `apiGroups: [""]`: the core group, not an absent field; and a label
+    /// with an empty value is a label.
+    #[test]
+    fn empty_strings_in_lists_and_maps_are_values() {
+        let mut labels = std::collections::BTreeMap::new();
+        labels.insert("node-role.kubernetes.io/control-plane".to_string(), String::new());
+        let role = rbac::v1::Role {
+            metadata: Some(ObjectMeta { name: Some("reader".into()), labels, ..Default::default() }),
+            rules: vec![rbac::v1::PolicyRule {
+                verbs: vec!["get".into()],
+                api_groups: vec![String::new()],
+                resources: vec!["pods".into()],
+                ..Default::default()
+            }],
+        };
+        let obj = decode(&envelope("rbac.authorization.k8s.io/v1", "Role", role.encode_to_vec())).unwrap();
+        assert_eq!(obj["rules"], json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]));
+        assert_eq!(obj["metadata"]["labels"], json!({"node-role.kubernetes.io/control-plane": ""}));
     }
 
     #[test]

@@ -546,3 +546,114 @@ fn pod_logs_never_dial_a_port_no_kubelet_could_have_registered() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains("node liar does not serve the kubelet API"), "{said}");
 }
+
+/// kubectl as a user of the token file, with the server's CA.
+fn as_user(server: &Server, token: &str, args: &[&str]) -> std::process::Output {
+    let url = std::fs::read_to_string(&server.kubeconfig).unwrap();
+    let url = url.lines().find_map(|l| l.trim().strip_prefix("server: ")).unwrap().to_string();
+    let ca = server.data_dir().join("pki/ca.crt");
+    Command::new(KUBECTL)
+        .args(["--server", &url, "--certificate-authority", ca.to_str().unwrap(), &format!("--token={token}")])
+        .args(args)
+        .env("KUBECONFIG", "/dev/null")
+        .env("KUBECACHEDIR", server.cache.path())
+        .output()
+        .unwrap()
+}
+
+fn rbac_server() -> (Server, tempfile::NamedTempFile) {
+    use std::io::Write as _;
+    let mut tokens = tempfile::NamedTempFile::new().unwrap();
+    writeln!(tokens, "alice-token,alice,1,\"team-a\"\nbob-token,bob,2,\"\"").unwrap();
+    let server = Server::start_with(&["--token-auth-file", tokens.path().to_str().unwrap()]);
+    (server, tokens)
+}
+
+#[test]
+fn rbac_bindings_decide_what_a_user_may_do_and_revoke_at_once() {
+    let (server, _tokens) = rbac_server();
+    for namespace in ["team", "other"] {
+        server.ok(&["create", "namespace", namespace]);
+        server.ok(&["-n", namespace, "create", "configmap", "settings", "--from-literal=k=v"]);
+    }
+    // Nothing bound: discovery works, reading does not.
+    let out = as_user(&server, "alice-token", &["-n", "team", "get", "configmaps"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(r#"configmaps is forbidden: User "alice" cannot list resource "configmaps" in API group "" in the namespace "team""#),
+        "{said}"
+    );
+    // view in team: reads there, not elsewhere, and no writes.
+    server.ok(&["-n", "team", "create", "rolebinding", "alice-view", "--clusterrole=view", "--user=alice"]);
+    let out = as_user(&server, "alice-token", &["-n", "team", "get", "configmaps", "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "configmap/settings",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = as_user(&server, "alice-token", &["-n", "other", "get", "configmap", "settings"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(r#"configmaps "settings" is forbidden: User "alice" cannot get resource "configmaps" in API group "" in the namespace "other""#),
+        "{said}"
+    );
+    let out = as_user(&server, "alice-token", &["-n", "team", "delete", "configmap", "settings"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(r#"cannot delete resource "configmaps""#));
+    let out = as_user(&server, "alice-token", &["get", "nodes"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(r#"cannot list resource "nodes" in API group "" at the cluster scope"#)
+    );
+    // A group binding counts too; deleting the binding revokes at once.
+    server.ok(&["-n", "other", "create", "rolebinding", "team-a-view", "--clusterrole=view", "--group=team-a"]);
+    assert!(as_user(&server, "alice-token", &["-n", "other", "get", "configmap", "settings"]).status.success());
+    server.ok(&["-n", "other", "delete", "rolebinding", "team-a-view"]);
+    assert!(!as_user(&server, "alice-token", &["-n", "other", "get", "configmap", "settings"]).status.success());
+    // Paths that are not resources: discovery for everyone, metrics not.
+    assert!(as_user(&server, "bob-token", &["get", "--raw", "/api"]).status.success());
+    let out = as_user(&server, "bob-token", &["get", "--raw", "/metrics"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(r#"forbidden: User "bob" cannot get path "/metrics""#));
+}
+
+#[test]
+fn a_user_may_grant_only_what_it_holds() {
+    let (server, _tokens) = rbac_server();
+    server.ok(&["create", "namespace", "team"]);
+    server.ok(&["-n", "team", "create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice"]);
+    // admin in team: alice may give bob view there (admin holds all of view)…
+    let granted = as_user(
+        &server,
+        "alice-token",
+        &["-n", "team", "create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob"],
+    );
+    assert!(granted.status.success(), "{}", String::from_utf8_lossy(&granted.stderr));
+    // …but not cluster-admin, nor a Role with more than she holds.
+    let out = as_user(
+        &server,
+        "alice-token",
+        &["-n", "team", "create", "rolebinding", "bob-root", "--clusterrole=cluster-admin", "--user=bob"],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("is attempting to grant RBAC permissions not currently held"),
+        "{said}"
+    );
+    let out =
+        as_user(&server, "alice-token", &["-n", "team", "create", "role", "nodes", "--verb=get", "--resource=nodes"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("is attempting to grant RBAC permissions not currently held"),
+        "{said}"
+    );
+    let out =
+        as_user(&server, "alice-token", &["-n", "team", "create", "role", "reader", "--verb=get", "--resource=pods"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Nor may she bind outside her namespace.
+    let out = as_user(
+        &server,
+        "alice-token",
+        &["create", "clusterrolebinding", "alice-root", "--clusterrole=cluster-admin", "--user=alice"],
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("forbidden"));
+}

@@ -63,6 +63,11 @@ fn tokens() -> tempfile::NamedTempFile {
     file
 }
 
+/// Lets the token users (group `tenants`) read everything, as the tests' requests need under RBAC.
+fn let_tenants_read(server: &Server) {
+    server.ok(&["create", "clusterrolebinding", "tenants-view", "--clusterrole=view", "--group=tenants"]);
+}
+
 fn metrics(server: &Server) -> String {
     server.ok(&["get", "--raw", "/metrics"])
 }
@@ -95,6 +100,7 @@ async fn connections_beyond_the_cap_are_refused_while_a_connected_client_is_serv
     let file = tokens.path().to_str().unwrap();
     let server =
         Server::start_with(&["--max-connections", "20", "--tls-handshake-timeout", "30s", "--token-auth-file", file]);
+    let_tenants_read(&server);
     // A client connected before the flood keeps its connection and is served throughout.
     let stream = connect(&server).await;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
@@ -144,6 +150,7 @@ async fn a_user_over_its_in_flight_limit_gets_429_while_another_is_served() {
         "--token-auth-file",
         tokens.path().to_str().unwrap(),
     ]);
+    let_tenants_read(&server);
     // Two of alice's requests that take a second each: lists at a resourceVersion the server has not reached.
     let slow = "/api/v1/configmaps?resourceVersion=999999999";
     let slow_pair = async { tokio::join!(get(&server, "alice-token", slow), get(&server, "alice-token", slow)) };

@@ -1,6 +1,7 @@
 //! What every cluster starts with, as kube-apiserver's bootstrap controllers create it: the `default`,
-//! `kube-system`, `kube-public` and `kube-node-lease` namespaces, and the `kubernetes` Service in `default` on the
-//! first address of the service range.
+//! `kube-system`, `kube-public` and `kube-node-lease` namespaces, the default RBAC policy
+//! ([`crate::kinds::rbac::bootstrap_policy`]), and the `kubernetes` Service in `default` on the first address of the
+//! service range.
 
 use serde_json::json;
 
@@ -15,6 +16,14 @@ pub async fn run(registry: &Registry, api_port: u16) -> Result<()> {
     let namespaces = registry.resource("", "v1", "namespaces").expect("namespaces are built in");
     for name in NAMESPACES {
         match registry.create(&namespaces, "", json!({"metadata": {"name": name}}), false).await {
+            Ok(_) => {}
+            Err(e) if e.reason == "AlreadyExists" => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for (plural, object) in crate::kinds::rbac::bootstrap_policy() {
+        let resource = registry.resource("rbac.authorization.k8s.io", "v1", plural).expect("RBAC is built in");
+        match registry.create(&resource, "", object, false).await {
             Ok(_) => {}
             Err(e) if e.reason == "AlreadyExists" => {}
             Err(e) => return Err(e),

@@ -57,6 +57,10 @@ pub struct Args {
     /// Runtime classes whose pods Pod Security never checks; repeatable.
     #[arg(long = "pod-security-exempt-runtime-class", value_name = "CLASS")]
     pod_security_exempt_runtime_classes: Vec<String>,
+    /// How requests are authorized: `RBAC` (the Roles and bindings stored here; `system:masters` may do everything) or
+    /// `AlwaysAllow`.
+    #[arg(long, value_name = "MODE", default_value = "RBAC")]
+    authorization_mode: nest_apiserver::authz::Mode,
     /// Connections open at once; further ones are closed as soon as they are accepted.
     #[arg(long, value_name = "N", default_value_t = nest_apiserver::limits::Limits::default().max_connections)]
     max_connections: usize,
@@ -153,6 +157,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             exempt_namespaces: args.pod_security_exempt_namespaces.clone(),
             exempt_runtime_classes: args.pod_security_exempt_runtime_classes.clone(),
         },
+        authorization: args.authorization_mode,
         limits: nest_apiserver::limits::Limits {
             max_connections: args.max_connections.max(1),
             handshake_timeout: args.tls_handshake_timeout,

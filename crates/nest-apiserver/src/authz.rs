@@ -1,0 +1,410 @@
+//! Authorization: whether a user may do what a request asks, as kube-apiserver's `--authorization-mode` decides
+//! (1.33). `RBAC` (the default) evaluates the Roles, ClusterRoles (with aggregation) and their bindings stored in
+//! this server, as `k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac` does; `AlwaysAllow` lets everything through.
+//! Members of `system:masters` may do everything whatever the mode, as kube-apiserver's privileged group. A refusal
+//! is a 403 with upstream's message. Creating or changing a binding, or a role, is also checked for escalation: a
+//! user may grant only what it holds itself, unless it may `bind` (or `escalate`) that role.
+
+use std::collections::BTreeSet;
+
+use nest_registry::{ApiError, ListOptions, Registry, ResourceInfo, Result};
+use serde_json::Value;
+
+use crate::auth::User;
+
+/// How requests are authorized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    AlwaysAllow,
+    Rbac,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Mode, String> {
+        match text {
+            "AlwaysAllow" => Ok(Mode::AlwaysAllow),
+            "RBAC" => Ok(Mode::Rbac),
+            other => Err(format!("{other:?} is not an authorization mode nest serves (AlwaysAllow, RBAC)")),
+        }
+    }
+}
+
+/// What a request asks to do.
+pub enum Action<'a> {
+    /// A verb on a resource (or its subresource).
+    Resource {
+        verb: &'a str,
+        info: &'a ResourceInfo,
+        subresource: Option<&'a str>,
+        namespace: Option<&'a str>,
+        name: Option<&'a str>,
+    },
+    /// A verb (the method, in lower case) on a path that is not a resource (`/api`, `/metrics`).
+    Path { verb: &'a str, path: &'a str },
+}
+
+/// The verb of a resource request, as kube-apiserver's request info names it.
+pub fn verb(method: &hyper::Method, named: bool, watch: bool) -> &'static str {
+    match *method {
+        hyper::Method::GET | hyper::Method::HEAD if watch => "watch",
+        hyper::Method::GET | hyper::Method::HEAD if named => "get",
+        hyper::Method::GET | hyper::Method::HEAD => "list",
+        hyper::Method::POST => "create",
+        hyper::Method::PUT => "update",
+        hyper::Method::PATCH => "patch",
+        hyper::Method::DELETE if named => "delete",
+        hyper::Method::DELETE => "deletecollection",
+        _ => "",
+    }
+}
+
+/// One RBAC rule, as stored in a Role or ClusterRole.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rule {
+    pub verbs: Vec<String>,
+    pub api_groups: Vec<String>,
+    pub resources: Vec<String>,
+    pub resource_names: Vec<String>,
+    pub non_resource_urls: Vec<String>,
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect()
+}
+
+impl Rule {
+    fn from_json(rule: &Value) -> Rule {
+        Rule {
+            verbs: strings(&rule["verbs"]),
+            api_groups: strings(&rule["apiGroups"]),
+            resources: strings(&rule["resources"]),
+            resource_names: strings(&rule["resourceNames"]),
+            non_resource_urls: strings(&rule["nonResourceURLs"]),
+        }
+    }
+
+    fn verb(&self, verb: &str) -> bool {
+        self.verbs.iter().any(|v| v == "*" || v == verb)
+    }
+
+    /// Whether the rule allows `verb` on `resource` (`plural` or `plural/subresource`) of `group`, named `name`.
+    pub fn allows(&self, verb: &str, group: &str, resource: &str, name: Option<&str>) -> bool {
+        let (plural, sub) = resource.split_once('/').map_or((resource, None), |(p, s)| (p, Some(s)));
+        let resource_ok = self.resources.iter().any(|r| {
+            r == "*" || r == resource || sub.is_some_and(|sub| r.strip_prefix("*/") == Some(sub)) && !plural.is_empty()
+        });
+        self.verb(verb)
+            && self.api_groups.iter().any(|g| g == "*" || g == group)
+            && resource_ok
+            && (self.resource_names.is_empty() || name.is_some_and(|n| self.resource_names.iter().any(|r| r == n)))
+    }
+
+    /// Whether the rule allows `verb` on the non-resource `path`.
+    pub fn allows_path(&self, verb: &str, path: &str) -> bool {
+        self.verb(verb)
+            && self
+                .non_resource_urls
+                .iter()
+                .any(|u| u == "*" || u == path || u.strip_suffix('*').is_some_and(|prefix| path.starts_with(prefix)))
+    }
+}
+
+/// The rules of ClusterRole `name` among `roles`, with those of every ClusterRole its aggregation rule selects (as
+/// the aggregation controller would have stored them), each role once.
+fn cluster_role_rules<'r>(roles: &'r [Value], name: &str, seen: &mut BTreeSet<&'r str>, rules: &mut Vec<Rule>) {
+    let Some(role) = roles.iter().find(|r| r["metadata"]["name"] == name) else { return };
+    let Some(own) = role["metadata"]["name"].as_str() else { return };
+    if !seen.insert(own) {
+        return;
+    }
+    rules.extend(role["rules"].as_array().into_iter().flatten().map(Rule::from_json));
+    for selector in role["aggregationRule"]["clusterRoleSelectors"].as_array().into_iter().flatten() {
+        let wanted = selector["matchLabels"].as_object().cloned().unwrap_or_default();
+        for other in roles {
+            let labels = &other["metadata"]["labels"];
+            if !wanted.is_empty()
+                && wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+                && let Some(other_name) = other["metadata"]["name"].as_str()
+            {
+                cluster_role_rules(roles, other_name, seen, rules);
+            }
+        }
+    }
+}
+
+/// Whether a binding's subject is `user`.
+fn subject_is(subject: &Value, user: &User) -> bool {
+    let name = subject["name"].as_str().unwrap_or_default();
+    match subject["kind"].as_str() {
+        Some("User") => name == user.name,
+        Some("Group") => user.groups.iter().any(|g| g == name),
+        Some("ServiceAccount") => {
+            let namespace = subject["namespace"].as_str().unwrap_or_default();
+            user.name == format!("system:serviceaccount:{namespace}:{name}")
+        }
+        _ => false,
+    }
+}
+
+/// The RBAC objects this server holds.
+struct Policy<'a> {
+    registry: &'a Registry,
+}
+
+impl Policy<'_> {
+    async fn list(&self, group: &str, plural: &str, namespace: Option<&str>) -> Result<Vec<Value>> {
+        let resource = self.registry.resource(group, "v1", plural).expect("RBAC is built in");
+        let list = self.registry.list(&resource, namespace, &ListOptions::default()).await?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The rules of the role a binding names (a ClusterRole's including those it aggregates).
+    async fn role_rules(&self, role_ref: &Value, namespace: &str) -> Result<Vec<Rule>> {
+        let name = role_ref["name"].as_str().unwrap_or_default();
+        let rbac = "rbac.authorization.k8s.io";
+        let role = match role_ref["kind"].as_str() {
+            Some("ClusterRole") => {
+                let roles = self.list(rbac, "clusterroles", None).await?;
+                let mut rules = Vec::new();
+                cluster_role_rules(&roles, name, &mut BTreeSet::new(), &mut rules);
+                return Ok(rules);
+            }
+            Some("Role") => {
+                let resource = self.registry.resource(rbac, "v1", "roles").expect("RBAC is built in");
+                match self.registry.get(&resource, namespace, name).await {
+                    Ok(role) => role,
+                    Err(error) if error.code == 404 => return Ok(Vec::new()),
+                    Err(error) => return Err(error),
+                }
+            }
+            _ => return Ok(Vec::new()),
+        };
+        Ok(role["rules"].as_array().into_iter().flatten().map(Rule::from_json).collect())
+    }
+
+    /// Every rule that applies to `user` in `namespace` (cluster-wide rules only, when `None`).
+    async fn rules_for(&self, user: &User, namespace: Option<&str>) -> Result<Vec<Rule>> {
+        let rbac = "rbac.authorization.k8s.io";
+        let mut bindings: Vec<(Value, String)> =
+            self.list(rbac, "clusterrolebindings", None).await?.into_iter().map(|b| (b, String::new())).collect();
+        if let Some(namespace) = namespace.filter(|n| !n.is_empty()) {
+            bindings.extend(
+                self.list(rbac, "rolebindings", Some(namespace)).await?.into_iter().map(|b| (b, namespace.to_string())),
+            );
+        }
+        let mut rules = Vec::new();
+        for (binding, namespace) in bindings {
+            if binding["subjects"].as_array().into_iter().flatten().any(|s| subject_is(s, user)) {
+                rules.extend(self.role_rules(&binding["roleRef"], &namespace).await?);
+            }
+        }
+        Ok(rules)
+    }
+}
+
+/// The 403 of an action `user` may not take, in kube-apiserver's words.
+fn forbidden(user: &User, action: &Action) -> ApiError {
+    match action {
+        Action::Resource { verb, info, subresource, namespace, name } => {
+            let resource = match subresource {
+                Some(sub) => format!("{}/{sub}", info.plural),
+                None => info.plural.clone(),
+            };
+            let scope = match namespace.filter(|n| !n.is_empty()) {
+                Some(namespace) => format!("in the namespace \"{namespace}\""),
+                None => "at the cluster scope".to_string(),
+            };
+            let reason = format!(
+                "User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\" {scope}",
+                user.name, info.group
+            );
+            let what = match name {
+                Some(name) => format!("{} \"{name}\"", info.qualified()),
+                None => info.qualified(),
+            };
+            let mut error = ApiError::new(403, "Forbidden", format!("{what} is forbidden: {reason}"));
+            error.details.group = Some(info.group.clone());
+            error.details.kind = Some(info.plural.clone());
+            error.details.name = name.map(str::to_string);
+            error
+        }
+        Action::Path { verb, path } => {
+            ApiError::new(403, "Forbidden", format!("forbidden: User \"{}\" cannot {verb} path \"{path}\"", user.name))
+        }
+    }
+}
+
+/// Whether `user` may take `action` under `mode`; a 403 if not.
+pub async fn authorize(registry: &Registry, mode: Mode, user: &User, action: &Action<'_>) -> Result<()> {
+    if mode == Mode::AlwaysAllow || user.groups.iter().any(|g| g == "system:masters") {
+        return Ok(());
+    }
+    let policy = Policy { registry };
+    let allowed = match action {
+        Action::Resource { verb, info, subresource, namespace, name } => {
+            let resource = subresource.map_or_else(|| info.plural.clone(), |sub| format!("{}/{sub}", info.plural));
+            let rules = policy.rules_for(user, *namespace).await?;
+            rules.iter().any(|rule| rule.allows(verb, &info.group, &resource, *name))
+        }
+        Action::Path { verb, path } => {
+            policy.rules_for(user, None).await?.iter().any(|rule| rule.allows_path(verb, path))
+        }
+    };
+    if allowed { Ok(()) } else { Err(forbidden(user, action)) }
+}
+
+/// The atoms a rule grants: (verb, group, resource, name) with `*` kept as written.
+fn atoms(rule: &Rule) -> Vec<(String, String, String, Option<String>)> {
+    let names: Vec<Option<String>> = if rule.resource_names.is_empty() {
+        vec![None]
+    } else {
+        rule.resource_names.iter().cloned().map(Some).collect()
+    };
+    let mut out = Vec::new();
+    for verb in &rule.verbs {
+        for group in &rule.api_groups {
+            for resource in &rule.resources {
+                for name in &names {
+                    out.push((verb.clone(), group.clone(), resource.clone(), name.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `owner`'s rules cover every permission of `servant` (upstream's `Covers`): a grant may not give more
+/// than its granter holds. A wildcard is covered only by a wildcard.
+pub fn covers(owner: &[Rule], servant: &[Rule]) -> bool {
+    servant.iter().all(|rule| {
+        let resources_ok = atoms(rule).iter().all(|(verb, group, resource, name)| {
+            owner.iter().any(|o| {
+                o.verbs.iter().any(|v| v == "*" || v == verb)
+                    && o.api_groups.iter().any(|g| g == "*" || g == group)
+                    && (o.resources.iter().any(|r| r == "*" || r == resource)
+                        || resource
+                            .split_once('/')
+                            .is_some_and(|(_, sub)| o.resources.iter().any(|r| r.strip_prefix("*/") == Some(sub))))
+                    && (o.resource_names.is_empty() || name.as_ref().is_some_and(|n| o.resource_names.contains(n)))
+            })
+        });
+        let paths: BTreeSet<&String> = rule.non_resource_urls.iter().collect();
+        let paths_ok = paths.iter().all(|path| {
+            rule.verbs.iter().all(|verb| {
+                owner.iter().any(|o| {
+                    o.verbs.iter().any(|v| v == "*" || v == verb)
+                        && o.non_resource_urls
+                            .iter()
+                            .any(|u| u == "*" || u == *path || u.strip_suffix('*').is_some_and(|p| path.starts_with(p)))
+                })
+            })
+        });
+        resources_ok && paths_ok
+    })
+}
+
+/// Refuses a write of an RBAC object that would grant more than `user` holds (kube-apiserver's escalation check,
+/// `pkg/registry/rbac`): a binding's role must be covered by the user's own rules where the binding applies, unless
+/// the user may `bind` it; a role's rules likewise, unless the user may `escalate`.
+pub async fn check_escalation(
+    registry: &Registry,
+    mode: Mode,
+    user: &User,
+    info: &ResourceInfo,
+    namespace: &str,
+    object: &Value,
+) -> Result<()> {
+    if mode == Mode::AlwaysAllow
+        || user.groups.iter().any(|g| g == "system:masters")
+        || info.group != "rbac.authorization.k8s.io"
+    {
+        return Ok(());
+    }
+    let policy = Policy { registry };
+    let scope = Some(namespace).filter(|n| !n.is_empty());
+    let own = policy.rules_for(user, scope).await?;
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let (granted, exempt_verb, role_resource, role_name) = match info.plural.as_str() {
+        "rolebindings" | "clusterrolebindings" => {
+            let role_ref = &object["roleRef"];
+            let role_plural = if role_ref["kind"] == "ClusterRole" { "clusterroles" } else { "roles" };
+            (
+                policy.role_rules(role_ref, namespace).await?,
+                "bind",
+                role_plural,
+                role_ref["name"].as_str().unwrap_or_default().to_string(),
+            )
+        }
+        "roles" | "clusterroles" => {
+            let rules: Vec<Rule> = object["rules"].as_array().into_iter().flatten().map(Rule::from_json).collect();
+            (rules, "escalate", info.plural.as_str(), name.to_string())
+        }
+        _ => return Ok(()),
+    };
+    let may_exempt =
+        own.iter().any(|r| r.allows(exempt_verb, "rbac.authorization.k8s.io", role_resource, Some(&role_name)));
+    if may_exempt || covers(&own, &granted) {
+        return Ok(());
+    }
+    let what = if exempt_verb == "bind" { "the role it names" } else { "its rules" };
+    Err(ApiError::new(
+        403,
+        "Forbidden",
+        format!(
+            "{} \"{name}\" is forbidden: user \"{}\" (groups={:?}) is attempting to grant RBAC permissions not currently held: {what} grant more than the user holds",
+            info.qualified(),
+            user.name,
+            user.groups
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn rule(value: Value) -> Rule {
+        Rule::from_json(&value)
+    }
+
+    #[test]
+    fn rules_match_verbs_groups_resources_subresources_and_names() {
+        let pods = rule(json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}));
+        assert!(pods.allows("get", "", "pods", Some("web")));
+        assert!(!pods.allows("delete", "", "pods", Some("web")));
+        assert!(!pods.allows("get", "apps", "pods", None));
+        assert!(!pods.allows("get", "", "pods/log", Some("web")), "a resource does not grant its subresources");
+        let logs = rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods/log"]}));
+        assert!(logs.allows("get", "", "pods/log", Some("web")) && !logs.allows("get", "", "pods", Some("web")));
+        let statuses = rule(json!({"verbs": ["update"], "apiGroups": ["*"], "resources": ["*/status"]}));
+        assert!(statuses.allows("update", "apps", "deployments/status", Some("d")));
+        assert!(!statuses.allows("update", "apps", "deployments", Some("d")));
+        let named =
+            rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["one"]}));
+        assert!(named.allows("get", "", "configmaps", Some("one")));
+        assert!(!named.allows("get", "", "configmaps", Some("two")) && !named.allows("list", "", "configmaps", None));
+        let paths = rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz", "/apis/*"]}));
+        assert!(paths.allows_path("get", "/healthz") && paths.allows_path("get", "/apis/apps/v1"));
+        assert!(!paths.allows_path("get", "/metrics") && !paths.allows_path("post", "/healthz"));
+    }
+
+    #[test]
+    fn a_grant_is_covered_only_by_as_much_or_more() {
+        let owner = vec![rule(
+            json!({"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods", "configmaps"]}),
+        )];
+        let less = vec![rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}))];
+        let more = vec![rule(json!({"verbs": ["get", "delete"], "apiGroups": [""], "resources": ["pods"]}))];
+        let wild = vec![rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["*"]}))];
+        assert!(covers(&owner, &less));
+        assert!(!covers(&owner, &more));
+        assert!(!covers(&owner, &wild), "a wildcard is covered only by a wildcard");
+        let admin =
+            vec![rule(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "nonResourceURLs": ["*"]}))];
+        assert!(covers(&admin, &more) && covers(&admin, &wild));
+    }
+}
