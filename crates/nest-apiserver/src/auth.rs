@@ -2,8 +2,7 @@
 //!
 //! A client certificate verified against the cluster CA names the user (CN) and groups (O); a bearer token is
 //! looked up in the static token file (kube-apiserver's `--token-auth-file` format: `token,user,uid,"group1,group2"`).
-//! Everyone authenticated is also in `system:authenticated`. Authorization is not enforced yet (RBAC is a later
-//! issue): every authenticated user may do everything.
+//! Everyone authenticated is also in `system:authenticated`. What a user may then do is [`crate::authz`]'s to say.
 
 use std::collections::HashMap;
 use std::path::Path;
