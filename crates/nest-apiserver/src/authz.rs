@@ -33,10 +33,11 @@ impl std::str::FromStr for Mode {
 
 /// What a request asks to do.
 pub enum Action<'a> {
-    /// A verb on a resource (or its subresource).
+    /// A verb on a resource (its plural, in its API group) or its subresource.
     Resource {
         verb: &'a str,
-        info: &'a ResourceInfo,
+        group: &'a str,
+        resource: &'a str,
         subresource: Option<&'a str>,
         namespace: Option<&'a str>,
         name: Option<&'a str>,
@@ -207,26 +208,27 @@ impl Policy<'_> {
 /// The 403 of an action `user` may not take, in kube-apiserver's words.
 fn forbidden(user: &User, action: &Action) -> ApiError {
     match action {
-        Action::Resource { verb, info, subresource, namespace, name } => {
+        Action::Resource { verb, group, resource: plural, subresource, namespace, name } => {
             let resource = match subresource {
-                Some(sub) => format!("{}/{sub}", info.plural),
-                None => info.plural.clone(),
+                Some(sub) => format!("{plural}/{sub}"),
+                None => plural.to_string(),
             };
+            let qualified = if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") };
             let scope = match namespace.filter(|n| !n.is_empty()) {
                 Some(namespace) => format!("in the namespace \"{namespace}\""),
                 None => "at the cluster scope".to_string(),
             };
             let reason = format!(
-                "User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\" {scope}",
-                user.name, info.group
+                "User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}",
+                user.name
             );
             let what = match name {
-                Some(name) => format!("{} \"{name}\"", info.qualified()),
-                None => info.qualified(),
+                Some(name) => format!("{qualified} \"{name}\""),
+                None => qualified,
             };
             let mut error = ApiError::new(403, "Forbidden", format!("{what} is forbidden: {reason}"));
-            error.details.group = Some(info.group.clone());
-            error.details.kind = Some(info.plural.clone());
+            error.details.group = Some(group.to_string());
+            error.details.kind = Some(plural.to_string());
             error.details.name = name.map(str::to_string);
             error
         }
@@ -238,21 +240,31 @@ fn forbidden(user: &User, action: &Action) -> ApiError {
 
 /// Whether `user` may take `action` under `mode`; a 403 if not.
 pub async fn authorize(registry: &Registry, mode: Mode, user: &User, action: &Action<'_>) -> Result<()> {
+    if allowed(registry, mode, user, action).await? { Ok(()) } else { Err(forbidden(user, action)) }
+}
+
+/// Whether `user` may take `action` under `mode`.
+pub async fn allowed(registry: &Registry, mode: Mode, user: &User, action: &Action<'_>) -> Result<bool> {
     if mode == Mode::AlwaysAllow || user.groups.iter().any(|g| g == "system:masters") {
-        return Ok(());
+        return Ok(true);
     }
     let policy = Policy { registry };
-    let allowed = match action {
-        Action::Resource { verb, info, subresource, namespace, name } => {
-            let resource = subresource.map_or_else(|| info.plural.clone(), |sub| format!("{}/{sub}", info.plural));
+    Ok(match action {
+        Action::Resource { verb, group, resource, subresource, namespace, name } => {
+            let resource = subresource.map_or_else(|| resource.to_string(), |sub| format!("{resource}/{sub}"));
             let rules = policy.rules_for(user, *namespace).await?;
-            rules.iter().any(|rule| rule.allows(verb, &info.group, &resource, *name))
+            rules.iter().any(|rule| rule.allows(verb, group, &resource, *name))
         }
         Action::Path { verb, path } => {
             policy.rules_for(user, None).await?.iter().any(|rule| rule.allows_path(verb, path))
         }
-    };
-    if allowed { Ok(()) } else { Err(forbidden(user, action)) }
+    })
+}
+
+/// Every rule that applies to `user` in `namespace` (cluster-wide ones only when `None`): what
+/// `SelfSubjectRulesReview` answers.
+pub async fn rules(registry: &Registry, user: &User, namespace: Option<&str>) -> Result<Vec<Rule>> {
+    Policy { registry }.rules_for(user, namespace).await
 }
 
 /// The atoms a rule grants: (verb, group, resource, name) with `*` kept as written.

@@ -344,6 +344,10 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
     let token_user =
         request.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
     let user = cert_user.or(token_user);
+    let user = match &user {
+        Some(real) => Some(impersonated(state, real, &request.headers).await?),
+        None => None,
+    };
     // One user's flood does not starve another: each has its own share of requests in flight.
     let who = user.as_ref().map_or("system:anonymous", |u| u.name.as_str());
     let _slot = match long_running(&request) {
@@ -524,6 +528,56 @@ fn content_type(request: &hyper::http::request::Parts) -> String {
         .unwrap_or_default()
 }
 
+/// Who a request acts as: its sender, or whom it impersonates (`Impersonate-User`, `Impersonate-Group`: `kubectl
+/// --as`, `--as-group`) if the sender may `impersonate` them, as kube-apiserver's impersonation filter decides.
+async fn impersonated(state: &Arc<State>, real: &User, headers: &hyper::HeaderMap) -> Result<User> {
+    let texts = |name: &str| -> Vec<String> {
+        headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect()
+    };
+    let (names, groups) = (texts("impersonate-user"), texts("impersonate-group"));
+    if headers.keys().any(|k| k.as_str() == "impersonate-uid" || k.as_str().starts_with("impersonate-extra-")) {
+        return Err(ApiError::bad_request("impersonating a UID or extra user information is not supported by nest"));
+    }
+    let Some(name) = names.first() else {
+        if !groups.is_empty() {
+            return Err(ApiError::bad_request(format!("requested {:?} without impersonating a user", groups)));
+        }
+        return Ok(real.clone());
+    };
+    let mut asked = vec![match name.strip_prefix("system:serviceaccount:").and_then(|rest| rest.split_once(':')) {
+        Some((namespace, account)) => ("serviceaccounts", account.to_string(), Some(namespace.to_string())),
+        None => ("users", name.clone(), None),
+    }];
+    asked.extend(groups.iter().map(|g| ("groups", g.clone(), None)));
+    for (resource, asked_name, namespace) in &asked {
+        let action = crate::authz::Action::Resource {
+            verb: "impersonate",
+            group: "",
+            resource,
+            subresource: None,
+            namespace: namespace.as_deref(),
+            name: Some(asked_name),
+        };
+        if !crate::authz::allowed(&state.registry, state.authorization, real, &action).await? {
+            let scope =
+                namespace.as_ref().map_or("at the cluster scope".to_string(), |n| format!("in the namespace \"{n}\""));
+            return Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "{resource} \"{asked_name}\" is forbidden: User \"{}\" cannot impersonate resource \"{resource}\" in API group \"\" {scope}",
+                    real.name
+                ),
+            ));
+        }
+    }
+    let mut groups = groups;
+    if name != "system:anonymous" && !groups.iter().any(|g| g == "system:authenticated") {
+        groups.push("system:authenticated".into());
+    }
+    Ok(User { name: name.clone(), groups })
+}
+
 /// The RBAC object a write would leave: the body of a create or replace, or the stored object with the patch
 /// applied (the body itself, for an apply of a new object).
 async fn rbac_object_after(
@@ -558,7 +612,8 @@ async fn resource_request(
         let watch = request.uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
         let action = crate::authz::Action::Resource {
             verb: crate::authz::verb(&request.method, target.name.is_some(), watch),
-            info: &target.resource.info,
+            group: &target.resource.info.group,
+            resource: &target.resource.info.plural,
             subresource: target.subresource.as_deref(),
             namespace: target.namespace.as_deref(),
             name: target.name.as_deref(),
@@ -579,6 +634,29 @@ async fn resource_request(
                 &object,
             )
             .await?;
+        }
+    }
+    // Reviews are answered, not stored.
+    if request.method == Method::POST
+        && let Some(user) = user
+        && matches!(target.resource.info.group.as_str(), "authorization.k8s.io" | "authentication.k8s.io")
+    {
+        let object = decode_object(&content_type(request), &body)?;
+        let kind = target.resource.info.kind.clone();
+        if let Some(answer) = crate::reviews::answer(
+            &state.registry,
+            state.authorization,
+            user,
+            &kind,
+            target.namespace.as_deref(),
+            &object,
+        )
+        .await
+        {
+            let mut review = answer?;
+            review["apiVersion"] = json!(target.resource.info.api_version());
+            review["kind"] = json!(kind);
+            return Ok(json_response(StatusCode::CREATED, &review));
         }
     }
     let warnings = target.resource.warnings.clone();

@@ -18,6 +18,7 @@ pub mod limits;
 pub mod logs;
 pub mod openapi;
 pub mod protobuf;
+pub mod reviews;
 pub mod table;
 
 use std::net::SocketAddr;

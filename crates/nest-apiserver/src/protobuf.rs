@@ -69,6 +69,16 @@ messages!(
     ("policy", "v1", "PodDisruptionBudget", policy::v1::PodDisruptionBudget),
     ("scheduling.k8s.io", "v1", "PriorityClass", scheduling::v1::PriorityClass),
     ("autoscaling", "v1", "Scale", k8s_pb::api::autoscaling::v1::Scale),
+    ("authorization.k8s.io", "v1", "SelfSubjectAccessReview", k8s_pb::api::authorization::v1::SelfSubjectAccessReview),
+    ("authorization.k8s.io", "v1", "SelfSubjectRulesReview", k8s_pb::api::authorization::v1::SelfSubjectRulesReview),
+    ("authorization.k8s.io", "v1", "SubjectAccessReview", k8s_pb::api::authorization::v1::SubjectAccessReview),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "LocalSubjectAccessReview",
+        k8s_pb::api::authorization::v1::LocalSubjectAccessReview
+    ),
+    ("authentication.k8s.io", "v1", "SelfSubjectReview", k8s_pb::api::authentication::v1::SelfSubjectReview),
     ("meta.k8s.io", "v1", "DeleteOptions", k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions),
 );
 

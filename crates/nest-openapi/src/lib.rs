@@ -129,6 +129,11 @@ kinds!(
     policy::v1::PodDisruptionBudget,
     scheduling::v1::PriorityClass,
     k8s_openapi::api::autoscaling::v1::Scale,
+    k8s_openapi::api::authorization::v1::SelfSubjectAccessReview,
+    k8s_openapi::api::authorization::v1::SelfSubjectRulesReview,
+    k8s_openapi::api::authorization::v1::SubjectAccessReview,
+    k8s_openapi::api::authorization::v1::LocalSubjectAccessReview,
+    k8s_openapi::api::authentication::v1::SelfSubjectReview,
 );
 
 /// `(group, version, kind)`.

@@ -657,3 +657,36 @@ fn a_user_may_grant_only_what_it_holds() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("forbidden"));
 }
+
+#[test]
+fn kubectl_auth_can_i_whoami_and_as_answer_for_the_right_user() {
+    let (server, _tokens) = rbac_server();
+    server.ok(&["create", "namespace", "team"]);
+    server.ok(&["-n", "team", "create", "rolebinding", "alice-view", "--clusterrole=view", "--user=alice"]);
+    let can = |args: &[&str]| String::from_utf8_lossy(&as_user(&server, "alice-token", args).stdout).trim().to_string();
+    assert_eq!(can(&["-n", "team", "auth", "can-i", "list", "pods"]), "yes");
+    assert_eq!(can(&["-n", "team", "auth", "can-i", "delete", "pods"]), "no");
+    assert_eq!(can(&["-n", "other", "auth", "can-i", "list", "pods"]), "no");
+    assert_eq!(can(&["auth", "can-i", "get", "/metrics"]), "no");
+    assert_eq!(can(&["auth", "can-i", "get", "/api"]), "yes");
+    let listed = can(&["-n", "team", "auth", "can-i", "--list"]);
+    let pods = listed.lines().find(|l| l.starts_with("pods ")).unwrap_or_else(|| panic!("{listed}"));
+    assert!(pods.ends_with("[get list watch]"), "{pods}");
+    let whoami = can(&["auth", "whoami"]);
+    assert!(whoami.contains("alice") && whoami.contains("[team-a system:authenticated]"), "{whoami}");
+    // The admin asks as alice: alice's answers, not the admin's.
+    assert_eq!(server.ok(&["-n", "team", "auth", "can-i", "list", "pods", "--as=alice"]).trim(), "yes");
+    // (`can-i` exits 1 for no.)
+    let no = server.kubectl(&["-n", "team", "auth", "can-i", "delete", "pods", "--as=alice"]);
+    assert_eq!((no.status.code(), String::from_utf8_lossy(&no.stdout).trim()), (Some(1), "no"));
+    let out = server.kubectl(&["-n", "team", "delete", "configmap", "x", "--as=alice"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(r#"User "alice" cannot delete resource "configmaps""#));
+    assert!(server.ok(&["auth", "whoami", "--as=carol", "--as-group=devs"]).contains("[devs system:authenticated]"));
+    // Alice may not act as anyone else.
+    let out = as_user(&server, "alice-token", &["get", "pods", "--as=bob"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(r#"users "bob" is forbidden: User "alice" cannot impersonate resource "users" in API group "" at the cluster scope"#),
+        "{said}"
+    );
+}

@@ -87,6 +87,12 @@ pub(crate) const BUILTINS: &[Builtin] = &[
     Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false, stored_as: Some(event::CORE_EVENTS), ..PLAIN },
     Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
     Builtin { group: "scheduling.k8s.io", version: "v1", kind: "PriorityClass", plural: "priorityclasses", namespaced: false, short: &["pc"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    // Reviews (`kubectl auth can-i`, `whoami`): created and answered, never stored (nest-apiserver's reviews.rs).
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", namespaced: false, verbs: &["create"], ..PLAIN },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", namespaced: false, verbs: &["create"], ..PLAIN },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SubjectAccessReview", plural: "subjectaccessreviews", namespaced: false, verbs: &["create"], ..PLAIN },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "LocalSubjectAccessReview", plural: "localsubjectaccessreviews", namespaced: true, verbs: &["create"], ..PLAIN },
+    Builtin { group: "authentication.k8s.io", version: "v1", kind: "SelfSubjectReview", plural: "selfsubjectreviews", namespaced: false, verbs: &["create"], ..PLAIN },
 ];
 
 /// The strategy for a resource.
