@@ -162,14 +162,23 @@ impl Policy<'_> {
     }
 
     /// The rules of the role a binding names (a ClusterRole's including those it aggregates).
-    async fn role_rules(&self, role_ref: &Value, namespace: &str) -> Result<Vec<Rule>> {
+    /// `cluster_roles` holds the ClusterRoles once read, for the rest of one decision.
+    async fn role_rules(
+        &self,
+        role_ref: &Value,
+        namespace: &str,
+        cluster_roles: &mut Option<Vec<Value>>,
+    ) -> Result<Vec<Rule>> {
         let name = role_ref["name"].as_str().unwrap_or_default();
         let rbac = "rbac.authorization.k8s.io";
         let role = match role_ref["kind"].as_str() {
             Some("ClusterRole") => {
-                let roles = self.list(rbac, "clusterroles", None).await?;
+                if cluster_roles.is_none() {
+                    *cluster_roles = Some(self.list(rbac, "clusterroles", None).await?);
+                }
+                let roles = cluster_roles.as_deref().unwrap_or_default();
                 let mut rules = Vec::new();
-                cluster_role_rules(&roles, name, &mut BTreeSet::new(), &mut rules);
+                cluster_role_rules(roles, name, &mut BTreeSet::new(), &mut rules);
                 return Ok(rules);
             }
             Some("Role") => {
@@ -196,9 +205,10 @@ impl Policy<'_> {
             );
         }
         let mut rules = Vec::new();
+        let mut cluster_roles = None;
         for (binding, namespace) in bindings {
             if binding["subjects"].as_array().into_iter().flatten().any(|s| subject_is(s, user)) {
-                rules.extend(self.role_rules(&binding["roleRef"], &namespace).await?);
+                rules.extend(self.role_rules(&binding["roleRef"], &namespace, &mut cluster_roles).await?);
             }
         }
         Ok(rules)
@@ -343,7 +353,7 @@ pub async fn check_escalation(
             let role_ref = &object["roleRef"];
             let role_plural = if role_ref["kind"] == "ClusterRole" { "clusterroles" } else { "roles" };
             (
-                policy.role_rules(role_ref, namespace).await?,
+                policy.role_rules(role_ref, namespace, &mut None).await?,
                 "bind",
                 role_plural,
                 role_ref["name"].as_str().unwrap_or_default().to_string(),

@@ -32,3 +32,21 @@ fn bench_api_prints_per_verb_latency_and_memory() {
         assert!(memory["rss_after_load_mib"].as_f64().unwrap() > 0.0, "{memory}");
     }
 }
+
+/// `--rbac`: the same load as the admin and as a user whose rights come from a RoleBinding, whose every request RBAC
+/// evaluates (and lets through: a refusal would fail the run).
+#[test]
+fn bench_api_rbac_compares_the_admin_with_an_rbac_user() {
+    let output = Command::new(env!("CARGO_BIN_EXE_nest"))
+        .args(["bench", "api", "--rbac", "--objects", "60", "--reads", "30", "--rate", "400", "--settle", "100ms"])
+        .output()
+        .expect("run nest");
+    assert!(output.status.success(), "nest bench api --rbac failed: {}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for backend in ["embedded", "embedded+rbac-user"] {
+        let verbs: Vec<&str> =
+            lines.iter().filter(|l| l["backend"] == backend).filter_map(|l| l["verb"].as_str()).collect();
+        assert_eq!(verbs, ["create", "get", "update", "list_60"], "{backend}");
+    }
+}

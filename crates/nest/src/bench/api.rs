@@ -38,9 +38,17 @@ pub struct Args {
     /// How long to let the server settle before measuring idle memory.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     settle: Duration,
+    /// Measure authorization instead of the backends: on the embedded store, once as the admin (`system:masters`,
+    /// which RBAC never evaluates) and once as a user allowed by an RBAC RoleBinding to `edit`.
+    #[arg(long)]
+    rbac: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.rbac {
+        measure_as(&args, "embedded", None, false).await?;
+        return measure_as(&args, "embedded", None, true).await;
+    }
     measure(&args, "embedded", None).await?;
     match etcd_url(&args).await? {
         Ok((url, _guard)) => measure(&args, "etcd", Some(&url)).await?,
@@ -113,22 +121,33 @@ pub(super) fn rss_mib(pid: u32) -> Option<f64> {
     Some(round(kib / 1024.0))
 }
 
-/// HTTP/2 connections to the server, authenticated as `admin`.
+/// HTTP/2 connections to the server, authenticated as `admin` (or with a bearer token).
 #[derive(Clone)]
 struct Client {
     connections: Arc<Vec<SendRequest<Full<Bytes>>>>,
+    token: Option<String>,
 }
 
 impl Client {
     async fn connect(address: &str, pki: &Path, connections: usize) -> anyhow::Result<Client> {
+        Client::connect_as(address, pki, connections, None).await
+    }
+
+    /// With `token`, no client certificate: the token's user.
+    async fn connect_as(address: &str, pki: &Path, connections: usize, token: Option<&str>) -> anyhow::Result<Client> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let read = |name: &str| std::fs::read(pki.join(name)).with_context(|| format!("reading {name}"));
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from_pem_slice(&read("ca.crt")?)?)?;
-        let cert = CertificateDer::from_pem_slice(&read("admin.crt")?)?;
-        let key = PrivateKeyDer::from_pem_slice(&read("admin.key")?)?;
-        let mut config =
-            rustls::ClientConfig::builder().with_root_certificates(roots).with_client_auth_cert(vec![cert], key)?;
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        let mut config = match token {
+            Some(_) => builder.with_no_client_auth(),
+            None => {
+                let cert = CertificateDer::from_pem_slice(&read("admin.crt")?)?;
+                let key = PrivateKeyDer::from_pem_slice(&read("admin.key")?)?;
+                builder.with_client_auth_cert(vec![cert], key)?
+            }
+        };
         config.alpn_protocols = vec![b"h2".to_vec()];
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let mut senders = Vec::new();
@@ -141,7 +160,7 @@ impl Client {
             tokio::spawn(connection);
             senders.push(sender);
         }
-        Ok(Client { connections: Arc::new(senders) })
+        Ok(Client { connections: Arc::new(senders), token: token.map(str::to_string) })
     }
 
     /// Sends one request and returns (status, body, latency).
@@ -154,11 +173,14 @@ impl Client {
     ) -> anyhow::Result<(u16, Value, Duration)> {
         let mut sender = self.connections[i % self.connections.len()].clone();
         let bytes = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(format!("https://127.0.0.1{path}"))
-            .header("content-type", "application/json")
-            .body(Full::new(bytes))?;
+            .header("content-type", "application/json");
+        if let Some(token) = &self.token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request.body(Full::new(bytes))?;
         let began = Instant::now();
         let response = sender.send_request(request).await?;
         let status = response.status().as_u16();
@@ -205,15 +227,36 @@ fn report(backend: &str, verb: &str, rate: Option<u32>, latencies: &mut [Duratio
 }
 
 async fn measure(args: &Args, backend: &str, etcd: Option<&str>) -> anyhow::Result<()> {
-    let server = ApiServer::start(etcd).await?;
+    measure_as(args, backend, etcd, false).await
+}
+
+/// The load as the admin, or (`rbac`) as a token user bound to `edit` in the namespace.
+async fn measure_as(args: &Args, backend: &str, etcd: Option<&str>, rbac: bool) -> anyhow::Result<()> {
+    let tokens = tempfile::NamedTempFile::new()?;
+    std::fs::write(tokens.path(), "bench-token,bench,1,\"bench-users\"\n")?;
+    let token_file = tokens.path().display().to_string();
+    let server = ApiServer::start_with(etcd, &["--token-auth-file", &token_file]).await?;
     tokio::time::sleep(args.settle).await;
     let idle = server.rss_mib();
     let pki: PathBuf = server.data.path().join("pki");
-    let client = Client::connect(&server.address, &pki, 8).await?;
+    let admin = Client::connect(&server.address, &pki, 8).await?;
     let ns = "bench";
     let (status, answer, _) =
-        client.send(0, "POST", "/api/v1/namespaces", Some(&json!({"metadata": {"name": ns}}))).await?;
+        admin.send(0, "POST", "/api/v1/namespaces", Some(&json!({"metadata": {"name": ns}}))).await?;
     anyhow::ensure!(status == 201, "creating the namespace: {status} {answer}");
+    let client = if rbac {
+        let binding = json!({"metadata": {"name": "bench-edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "bench-users"}]});
+        let path = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings");
+        let (status, answer, _) = admin.send(0, "POST", &path, Some(&binding)).await?;
+        anyhow::ensure!(status == 201, "binding the bench user: {status} {answer}");
+        Client::connect_as(&server.address, &pki, 8, Some("bench-token")).await?
+    } else {
+        admin
+    };
+    let backend = if rbac { format!("{backend}+rbac-user") } else { backend.to_string() };
+    let backend = backend.as_str();
     let secret = |i: usize, version: &str| {
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("secret-{i:05}"), "namespace": ns},
                "type": "Opaque", "data": {"value": nest_registry::base64::encode(format!("{version}-{i}").as_bytes())}})
