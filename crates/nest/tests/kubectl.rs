@@ -464,18 +464,6 @@ spec:
   containers: [{name: c, image: nginx, securityContext: {privileged: true}}]
 "#;
 
-const RESTRICTED_POD: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: hardened, namespace: locked}
-spec:
-  securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}
-  containers:
-  - name: c
-    image: nginx
-    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-"#;
-
 #[test]
 fn pod_security_labels_refuse_and_warn_as_kube_apiserver_does() {
     let server = Server::start(&Storage::Embedded);
@@ -505,7 +493,7 @@ fn pod_security_labels_refuse_and_warn_as_kube_apiserver_does() {
     );
     // A pod that meets the restricted level is created without a word.
     server.ok(&["label", "namespace", "locked", "pod-security.kubernetes.io/enforce=restricted", "--overwrite"]);
-    let out = server.kubectl_with_input(&["create", "-f", "-"], Some(RESTRICTED_POD));
+    let out = server.kubectl_with_input(&["-n", "locked", "create", "-f", "-"], Some(common::RESTRICTED_POD));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("Warning"));
     // Labels must name a level.

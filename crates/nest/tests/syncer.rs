@@ -558,19 +558,6 @@ spec:
       containers: [{name: c, image: nginx}]
 "#;
 
-/// A pod that passes the restricted level of the Pod Security Standards.
-const HARDENED: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: hardened}
-spec:
-  securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}
-  containers:
-  - name: c
-    image: nginx
-    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-"#;
-
 /// What a tenant asks of the host is refused by the management cluster's Pod Security admission, at the level the
 /// platform admin chose for the tenant (the syncer's default, restricted, unless its Cluster's
 /// `tenancy.nest.dev/pod-security` annotation says otherwise), and the tenant sees why as a SyncFailed Event naming
@@ -593,7 +580,7 @@ fn pod_security_is_the_platform_admins_choice_per_tenant() {
     // Restricted: a plain pod is refused, naming every field; a hardened one runs.
     tenant_ok(&server, "strict", dir, &["run", "plain", "--image=nginx"]);
     let hardened = dir.join("hardened.yaml");
-    std::fs::write(&hardened, HARDENED).unwrap();
+    std::fs::write(&hardened, common::RESTRICTED_POD).unwrap();
     tenant_ok(&server, "strict", dir, &["create", "-f", hardened.to_str().unwrap()]);
     eventually(60, "a SyncFailed Event saying what restricted refuses", || {
         sync_failed(

@@ -5,6 +5,19 @@
 pub mod management;
 pub mod up;
 
+/// A pod `hardened` that passes the restricted level of the Pod Security Standards (no namespace: `-n` chooses).
+pub const RESTRICTED_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hardened}
+spec:
+  securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: nginx
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+"#;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
