@@ -112,7 +112,7 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
         }
     }
     for pod in &deletions {
-        crate::refused_is_fine(pods_api.delete(pod, &DeleteParams::background()).await)?;
+        nest_client::done_unless_refused(pods_api.delete(pod, &DeleteParams::background()).await)?;
     }
 
     let template = spec.template.clone();
@@ -161,7 +161,9 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
     .any(|k| current[*k].as_i64().unwrap_or(0) != status["status"][*k].as_i64().unwrap_or(0));
     if changed {
         let sets: Api<DaemonSet> = Api::namespaced(context.client.clone(), &namespace);
-        crate::refused_is_fine(sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await)?;
+        nest_client::done_unless_refused(
+            sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await,
+        )?;
     }
     // New nodes are noticed on the next look.
     Ok(Action::requeue(Duration::from_secs(5)))

@@ -223,7 +223,9 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
         }
         for (set, replicas) in changes {
             let patch = json!({"spec": {"replicas": replicas}});
-            crate::refused_is_fine(sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+            nest_client::done_unless_refused(
+                sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await,
+            )?;
         }
         // History: old, empty ReplicaSets beyond the limit go, oldest first.
         let limit = usize::try_from(spec.revision_history_limit.unwrap_or(10)).unwrap_or(0);
@@ -316,7 +318,7 @@ async fn update_status(
         let patch = json!({"metadata": {"annotations": {REVISION: revision.to_string()}}});
         let _ = deployments.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
     }
-    crate::refused_is_fine(
+    nest_client::done_unless_refused(
         deployments.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await,
     )?;
     Ok(Action::await_change())

@@ -199,7 +199,9 @@ async fn sweep(
                 preconditions: Some(Preconditions { uid: seen.object.uid(), resource_version: None }),
                 ..DeleteParams::background()
             };
-            ignore_gone(api_for(client, seen).delete(&seen.object.name_any(), &delete).await)?;
+            nest_client::done_unless_gone_or_changed(
+                api_for(client, seen).delete(&seen.object.name_any(), &delete).await,
+            )?;
             continue;
         }
         // Owners being deleted that wait on their dependents.
@@ -215,7 +217,7 @@ async fn sweep(
                     dependent.object.owner_references().iter().filter(|o| o.uid != uid).cloned().collect();
                 let patch = json!({"metadata": {"ownerReferences": remaining}});
                 let name = dependent.object.name_any();
-                ignore_gone(
+                nest_client::done_unless_gone_or_changed(
                     api_for(client, dependent).patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await,
                 )?;
             }
@@ -233,7 +235,9 @@ async fn sweep(
                 }
                 if dependent.object.metadata.deletion_timestamp.is_none() {
                     let name = dependent.object.name_any();
-                    ignore_gone(api_for(client, dependent).delete(&name, &DeleteParams::foreground()).await)?;
+                    nest_client::done_unless_gone_or_changed(
+                        api_for(client, dependent).delete(&name, &DeleteParams::foreground()).await,
+                    )?;
                 }
             }
             if blocking == 0 {
@@ -279,14 +283,9 @@ async fn remove_finalizer(client: &Client, seen: &Seen, finalizer: &str) -> kube
     let finalizers: Vec<&String> = seen.object.finalizers().iter().filter(|f| *f != finalizer).collect();
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": seen.object.resource_version()}});
     let name = seen.object.name_any();
-    ignore_gone(api_for(client, seen).patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)
-}
-
-/// A 404 or 409 means the object changed or went meanwhile; the next sweep sees the new state.
-fn ignore_gone<T>(result: kube::Result<T>) -> kube::Result<()> {
-    match result {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(error) => Err(error),
-    }
+    // A 404 or 409 means the object changed or went meanwhile; the next sweep sees the new state.
+    nest_client::done_unless_gone_or_changed(
+        api_for(client, seen).patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await,
+    )
+    .map(drop)
 }

@@ -109,7 +109,7 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         active.sort_by_key(|p| is_ready(p));
         let delete = DeleteParams::background();
         for pod in &active[..active.len() - wanted_active] {
-            crate::refused_is_fine(pods_api.delete(&pod.name_any(), &delete).await)?;
+            nest_client::done_unless_refused(pods_api.delete(&pod.name_any(), &delete).await)?;
         }
         active.truncate(wanted_active);
     }
@@ -135,7 +135,7 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         && previous.start_time.is_some();
     if !unchanged {
         let jobs: Api<Job> = Api::namespaced(context.client.clone(), &namespace);
-        crate::refused_is_fine(
+        nest_client::done_unless_refused(
             jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await,
         )?;
     }

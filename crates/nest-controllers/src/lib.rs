@@ -18,9 +18,7 @@
 //! - [`podgc`]: removes pods whose node is gone.
 
 use std::future::Future;
-use std::path::Path;
 
-use anyhow::Context as _;
 use kube::Client;
 
 pub mod daemonset;
@@ -43,16 +41,6 @@ pub(crate) fn controller_reference<K: kube::Resource<DynamicType = ()>>(
 ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
     let reference = owner.controller_owner_ref(&()).unwrap_or_default();
     k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference { block_owner_deletion: Some(true), ..reference }
-}
-
-/// `Ok` for a request that succeeded or that the API server refused (the object is gone or changed, or the request no
-/// longer applies): the watch brings the news and the next reconcile acts on it. Only failures to reach the server
-/// are errors, which the controller retries.
-pub(crate) fn refused_is_fine<T>(result: kube::Result<T>) -> kube::Result<()> {
-    match result {
-        Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
-        Err(error) => Err(error),
-    }
 }
 
 /// What every reconcile gets.
@@ -110,27 +98,6 @@ pub(crate) async fn drive<T, E: std::fmt::Display>(
 
 /// The Lease the controller-manager's instances compete for.
 pub const LEASE: (&str, &str) = ("kube-system", "nest-controller-manager");
-
-/// A client for the cluster `kubeconfig` names, and its CA certificate (PEM), which controllers publish.
-pub async fn connect(kubeconfig: &Path) -> anyhow::Result<(Client, String)> {
-    let file = kube::config::Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading the kubeconfig {}", kubeconfig.display()))?;
-    let ca_pem = file
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.certificate_authority_data.as_deref())
-        .map(decode_base64)
-        .transpose()?
-        .unwrap_or_default();
-    let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
-    Ok((Client::try_from(config)?, ca_pem))
-}
-
-fn decode_base64(text: &str) -> anyhow::Result<String> {
-    nest_core::base64::decode_text(text)
-        .context("the kubeconfig's certificate-authority-data is not base64 of a PEM certificate")
-}
 
 /// How one controller-manager instance runs.
 pub struct Options {

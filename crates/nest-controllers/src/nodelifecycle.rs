@@ -122,7 +122,7 @@ async fn mark_pods_not_ready(client: &Client, node: &str) -> kube::Result<()> {
             .collect();
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
         let patch = json!({"status": {"conditions": conditions}});
-        crate::refused_is_fine(
+        nest_client::done_unless_refused(
             api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await,
         )?;
     }

@@ -52,7 +52,7 @@ async fn sweep(client: &Client, suspects: &BTreeSet<String>) -> Result<BTreeSet<
             preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
             ..DeleteParams::background()
         };
-        crate::refused_is_fine(api.delete(&pod.name_any(), &force).await)?;
+        nest_client::done_unless_refused(api.delete(&pod.name_any(), &force).await)?;
     }
     Ok(missing)
 }

@@ -97,7 +97,9 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
                     // Release: the pod no longer matches.
                     let remaining: Vec<_> = pod.owner_references().iter().filter(|r| r.uid != uid).cloned().collect();
                     let patch = json!({"metadata": {"ownerReferences": remaining}});
-                    ignore_gone(pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+                    nest_client::done_unless_gone_or_changed(
+                        pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await,
+                    )?;
                 }
             }
             None if matches && is_active(&pod) && pod.metadata.deletion_timestamp.is_none() => {
@@ -106,7 +108,9 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
                 references.push(crate::controller_reference(&*set));
                 let patch =
                     json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
-                if ignore_gone(pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)? {
+                if nest_client::done_unless_gone_or_changed(
+                    pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await,
+                )? {
                     owned.push(pod);
                 }
             }
@@ -142,7 +146,7 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
         let delete = DeleteParams::default();
         let deletions = surplus.iter().map(|pod| pods.delete(pod.metadata.name.as_deref().unwrap_or(""), &delete));
         for deleted in futures_util::future::join_all(deletions).await {
-            ignore_gone(deleted)?;
+            nest_client::done_unless_gone_or_changed(deleted)?;
         }
     }
 
@@ -166,7 +170,9 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
     });
     if !unchanged {
         let sets: Api<ReplicaSet> = Api::namespaced(context.client.clone(), &namespace);
-        ignore_gone(sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await)?;
+        nest_client::done_unless_gone_or_changed(
+            sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await,
+        )?;
     }
     Ok(Action::await_change())
 }
@@ -177,16 +183,6 @@ fn deletion_rank(pod: &Pod) -> (u8, u8, u8, std::cmp::Reverse<String>) {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
     (u8::from(scheduled), u8::from(phase == "Running"), u8::from(is_ready(pod)), std::cmp::Reverse(created))
-}
-
-/// `Ok(true)` when done, `Ok(false)` when the object was already gone or changed (a 404 or 409: the watch brings the
-/// news back).
-fn ignore_gone<T>(result: kube::Result<T>) -> kube::Result<bool> {
-    match result {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
-        Err(error) => Err(error),
-    }
 }
 
 #[cfg(test)]

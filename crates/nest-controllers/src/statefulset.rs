@@ -137,7 +137,7 @@ async fn revisions(set: &StatefulSet, pods: &[Pod], client: &Client) -> Result<R
     };
     let spare: Vec<&ControllerRevision> = owned.iter().filter(|r| !in_use(r)).collect();
     for old in spare.iter().take(spare.len().saturating_sub(limit)) {
-        crate::refused_is_fine(api.delete(&old.name_any(), &DeleteParams::default()).await)?;
+        nest_client::done_unless_refused(api.delete(&old.name_any(), &DeleteParams::default()).await)?;
     }
     Ok(Revisions { current, update, templates })
 }
@@ -276,7 +276,9 @@ impl Pass<'_> {
         let Some(owner) = pod.owner_ref(&()) else { return Ok(()) };
         for claim in claims(self.set, ordinal) {
             let patch = json!({"metadata": {"ownerReferences": [owner]}});
-            crate::refused_is_fine(api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+            nest_client::done_unless_refused(
+                api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await,
+            )?;
         }
         Ok(())
     }
@@ -400,7 +402,7 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
     });
     if changed {
         let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
-        crate::refused_is_fine(
+        nest_client::done_unless_refused(
             sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await,
         )?;
     }

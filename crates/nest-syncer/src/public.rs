@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::Syncer;
 use crate::names::FROM_SUPER_LABEL;
-use crate::sync::{Done, ignore_gone};
+use crate::sync::Done;
 use crate::tenants::Tenant;
 
 pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, kind: usize, name: &str) -> kube::Result<Done> {
@@ -22,7 +22,7 @@ pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, kind: usize, name: &str
     let Some(shared) = shared else {
         // No longer public: the copies go (objects the tenant made itself stay).
         if existing.as_ref().is_some_and(copied) {
-            ignore_gone(api.delete(name, &DeleteParams::default()).await)?;
+            nest_client::done_unless_gone_or_changed(api.delete(name, &DeleteParams::default()).await)?;
             return Ok(Done { up: 1, ..Default::default() });
         }
         return Ok(Done::default());

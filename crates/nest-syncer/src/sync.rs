@@ -187,7 +187,7 @@ async fn reconcile_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> ku
         }
         (None, Some(existing)) if ours && existing.metadata.deletion_timestamp.is_none() => {
             let api: Api<Namespace> = Api::all(syncer.super_client.clone());
-            ignore_gone(api.delete(&super_name, &DeleteParams::default()).await)?;
+            nest_client::done_unless_gone_or_changed(api.delete(&super_name, &DeleteParams::default()).await)?;
             Ok(Done { down: 1, ..Default::default() })
         }
         _ => Ok(Done::default()),
@@ -337,14 +337,6 @@ fn super_has(syncer: &Syncer, kind: &str, namespace: &str, name: &str) -> bool {
     })
 }
 
-pub(crate) fn ignore_gone<T>(result: kube::Result<T>) -> kube::Result<()> {
-    match result {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(error) => Err(error),
-    }
-}
-
 async fn reconcile_object(
     syncer: &Syncer,
     tenant: &Tenant,
@@ -392,7 +384,7 @@ async fn reconcile_object(
         {
             let grace = tenant_value.as_ref().and_then(|t| t["metadata"]["deletionGracePeriodSeconds"].as_u64());
             let params = DeleteParams { grace_period_seconds: grace.map(|g| g as u32), ..Default::default() };
-            ignore_gone(super_api.delete(name, &params).await)?;
+            nest_client::done_unless_gone_or_changed(super_api.delete(name, &params).await)?;
             done.down += 1;
             // The tenant's copy of the volume it was bound to goes with it.
             if let Some(volume) = existing["spec"]["volumeName"].as_str().filter(|v| !v.is_empty()) {
@@ -405,7 +397,9 @@ async fn reconcile_object(
             && (super_value.is_none() || !ours)
         {
             let api = tenant_api(tenant, syncer, kind, namespace);
-            ignore_gone(api.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await)?;
+            nest_client::done_unless_gone_or_changed(
+                api.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await,
+            )?;
             done.up += 1;
         }
         return Ok(done);
@@ -440,7 +434,7 @@ async fn reconcile_object(
     if !owned_by(&existing, &uid) {
         if ours {
             // Made for an earlier tenant object of the same name: it goes, and the next round makes the new one.
-            ignore_gone(super_api.delete(name, &DeleteParams::default()).await)?;
+            nest_client::done_unless_gone_or_changed(super_api.delete(name, &DeleteParams::default()).await)?;
             done.down += 1;
         } else {
             tracing::warn!(tenant = %tenant.key, %namespace, %name, kind = spec.name, "a super object not made for this tenant object is in the way");

@@ -12,7 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use crate::names::{FROM_SUPER_LABEL, TENANT_LABEL, TENANT_NAME, TENANT_NAMESPACE, TENANT_UID};
-use crate::sync::{Done, ignore_gone};
+use crate::sync::Done;
 use crate::tenants::Tenant;
 use crate::{Item, Syncer};
 
@@ -88,7 +88,7 @@ pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube::Re
     let mut done = Done::default();
     let Some(wanted) = wanted(syncer, tenant, name) else {
         if copied {
-            ignore_gone(api.delete(name, &DeleteParams::default()).await)?;
+            nest_client::done_unless_gone_or_changed(api.delete(name, &DeleteParams::default()).await)?;
             done.up += 1;
         }
         return Ok(done);

@@ -46,7 +46,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let scheduler = component(&["scheduler"], &kubeconfig)?;
     let count = args.nodes.to_string();
     let nodes = component(&["node", "--name", "bench", "--count", &count, "--start-delay-ms", "0"], &kubeconfig)?;
-    let (client, _) = nest_controllers::connect(&kubeconfig).await?;
+    let client = nest_client::connect(&kubeconfig).await?.client;
 
     let node_api: Api<Node> = Api::all(client.clone());
     let started = Instant::now();

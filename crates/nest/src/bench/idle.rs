@@ -130,7 +130,7 @@ fn start_up(data: &Path) -> anyhow::Result<Up> {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
     let up = start_up(data.path())?;
-    let (client, _) = nest_controllers::connect(&data.path().join("admin.kubeconfig")).await?;
+    let client = nest_client::connect(&data.path().join("admin.kubeconfig")).await?.client;
     let clusters: Api<nest_capn::api::Cluster> = Api::namespaced(client.clone(), "default");
     let began = Instant::now();
     // The CRDs are installed and demo created a moment after nest up says it is up.

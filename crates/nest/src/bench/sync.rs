@@ -100,7 +100,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             &kubeconfig,
         )?,
     ];
-    let (client, _) = nest_controllers::connect(&kubeconfig).await?;
+    let client = nest_client::connect(&kubeconfig).await?.client;
     nest_capn::crds::install(&client).await?;
 
     // The tenants: API servers, made known as ready control planes.
@@ -140,7 +140,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ..Default::default()
         };
         secrets.create(&PostParams::default(), &secret).await?;
-        tenant_clients.push(nest_controllers::connect(&tenant_kubeconfig).await?.0);
+        tenant_clients.push(nest_client::connect(&tenant_kubeconfig).await?.client);
     }
 
     eprintln!("bench sync: starting the syncer");

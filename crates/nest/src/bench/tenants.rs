@@ -139,7 +139,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             &kubeconfig,
         )?,
     ];
-    let (client, _) = nest_controllers::connect(&kubeconfig).await?;
+    let client = nest_client::connect(&kubeconfig).await?.client;
     let clusters: Api<nest_capn::api::Cluster> = Api::namespaced(client.clone(), "default");
     // The management cluster is ready: the node registered, the controller-manager leading, the CRDs installed.
     let started = Instant::now();

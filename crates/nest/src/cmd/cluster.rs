@@ -91,7 +91,7 @@ fn kubeconfig_path(flag: &Option<PathBuf>) -> PathBuf {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let path = kubeconfig_path(&args.kubeconfig);
-    let (client, _) = nest_controllers::connect(&path).await?;
+    let client = nest_client::connect(&path).await?.client;
     let namespace = args.namespace.as_str();
     match args.command {
         Command::Create { name, version, flavor, etcd_members, api_servers, pod_security, wait, timeout } => {

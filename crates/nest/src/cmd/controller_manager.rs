@@ -19,7 +19,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (client, ca_pem) = nest_controllers::connect(&args.kubeconfig).await?;
+    let nest_client::Connection { client, ca_pem } = nest_client::connect(&args.kubeconfig).await?;
     let identity = args.identity.unwrap_or_else(default_identity);
     let (namespace, name) = nest_controllers::LEASE;
     eprintln!("nest controller-manager: {identity} waiting for the lease {namespace}/{name}");

@@ -69,7 +69,7 @@ pub async fn manage(
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = match &args.kubeconfig {
-        Some(kubeconfig) => nest_controllers::connect(kubeconfig).await?.0,
+        Some(kubeconfig) => nest_client::connect(kubeconfig).await?.client,
         None => {
             let config = kube::Config::incluster().context("no --kubeconfig, and not running in a pod")?;
             kube::Client::try_from(config)?

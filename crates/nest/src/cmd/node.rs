@@ -116,7 +116,7 @@ fn nth_range(cidr: &str, index: u8) -> Option<String> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (client, ca_pem) = nest_controllers::connect(&args.kubeconfig).await?;
+    let nest_client::Connection { client, ca_pem } = nest_client::connect(&args.kubeconfig).await?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut all = Vec::new();
     for i in 0..args.count.max(1) {

@@ -10,7 +10,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (client, _) = nest_controllers::connect(&args.kubeconfig).await?;
+    let client = nest_client::connect(&args.kubeconfig).await?.client;
     eprintln!("nest proxy: serving ClusterIPs");
     tokio::select! {
         () = nest_node::proxy::run(client) => anyhow::bail!("the watches of Services and EndpointSlices ended"),

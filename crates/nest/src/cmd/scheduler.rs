@@ -10,7 +10,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (client, _) = nest_controllers::connect(&args.kubeconfig).await?;
+    let client = nest_client::connect(&args.kubeconfig).await?.client;
     eprintln!("nest scheduler: scheduling pods for {}", nest_scheduler::SCHEDULER_NAME);
     tokio::select! {
         () = nest_scheduler::run(client) => anyhow::bail!("the scheduler's watches ended"),

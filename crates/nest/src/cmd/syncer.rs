@@ -103,7 +103,7 @@ pub fn parse_gvk(text: &str) -> Result<(String, String, String), String> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (client, _) = nest_controllers::connect(&args.kubeconfig).await?;
+    let client = nest_client::connect(&args.kubeconfig).await?.client;
     let options = nest_syncer::Options {
         patrol: Duration::from_secs(args.patrol_seconds.max(1)),
         kubelet_address: args.kubelet_address,

@@ -89,7 +89,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Ok(serving) => serving,
         Err(_) => return apiserver.await?.context("the API server did not start"),
     };
-    let (client, ca_pem) = nest_controllers::connect(&kubeconfig).await?;
+    let nest_client::Connection { client, ca_pem } = nest_client::connect(&kubeconfig).await?;
     let options = nest_controllers::Options {
         identity: super::controller_manager::default_identity(),
         ca_pem,

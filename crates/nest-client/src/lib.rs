@@ -1,0 +1,80 @@
+//! What every nest component does with a Kubernetes client, written once: [`connect`] from a kubeconfig, and read a
+//! request's outcome by what it means for a controller ([`done_unless_gone_or_changed`], [`done_unless_refused`]).
+//! No component links another for these.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::path::Path;
+
+use anyhow::Context;
+
+/// A client for a cluster, and what else its kubeconfig says that components use.
+pub struct Connection {
+    /// The client.
+    pub client: kube::Client,
+    /// The cluster's CA certificate (PEM; empty when the kubeconfig gives none), which controllers publish.
+    pub ca_pem: String,
+}
+
+/// A client for the cluster `kubeconfig` names.
+pub async fn connect(kubeconfig: &Path) -> anyhow::Result<Connection> {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading the kubeconfig {}", kubeconfig.display()))?;
+    let ca_pem = file
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.certificate_authority_data.as_deref())
+        .map(|text| {
+            nest_core::base64::decode_text(text)
+                .context("the kubeconfig's certificate-authority-data is not base64 of a PEM certificate")
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default()).await?;
+    Ok(Connection { client: kube::Client::try_from(config)?, ca_pem })
+}
+
+/// `Ok(true)` when the request was done; `Ok(false)` when its object was gone (404) or had changed (409)
+/// meanwhile, which a level-based controller leaves to its next reconcile; every other outcome is an error.
+pub fn done_unless_gone_or_changed<T>(result: kube::Result<T>) -> kube::Result<bool> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// `Ok(true)` when the request was done; `Ok(false)` when the API server refused it, for any reason it answers
+/// with a `Status` (gone, changed, invalid, forbidden…: the watch brings the news and the next reconcile acts on
+/// it); an error only when the server could not be reached, which the caller retries.
+pub fn done_unless_refused<T>(result: kube::Result<T>) -> kube::Result<bool> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(_)) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(code: u16) -> kube::Result<()> {
+        Err(kube::Error::Api(kube::core::Status::failure("no", "Reason").with_code(code).boxed()))
+    }
+
+    #[test]
+    fn outcomes_are_read_by_what_they_mean() {
+        assert!(done_unless_gone_or_changed(Ok::<_, kube::Error>(())).unwrap());
+        assert!(!done_unless_gone_or_changed(refusal(404)).unwrap());
+        assert!(!done_unless_gone_or_changed(refusal(409)).unwrap());
+        assert!(done_unless_gone_or_changed(refusal(403)).is_err(), "a refusal is not a race");
+        assert!(done_unless_gone_or_changed(refusal(422)).is_err());
+        assert!(!done_unless_refused(refusal(403)).unwrap());
+        assert!(!done_unless_refused(refusal(422)).unwrap());
+        let unreachable: kube::Result<()> = Err(kube::Error::LinesCodecMaxLineLengthExceeded);
+        assert!(done_unless_refused(unreachable).is_err());
+    }
+}
