@@ -53,8 +53,12 @@ pub struct State {
 /// Whether a request lasts as long as the client wants (a watch, a log stream): kube-apiserver's long-running
 /// requests, which in-flight limits leave out.
 fn long_running(request: &hyper::http::request::Parts) -> bool {
-    let watch = request.uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
-    watch || request.uri.path().trim_end_matches('/').ends_with("/log")
+    asks_to_watch(request.uri.query()) || request.uri.path().trim_end_matches('/').ends_with("/log")
+}
+
+/// Whether a query asks for a watch.
+fn asks_to_watch(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
 fn full(bytes: impl Into<Bytes>) -> Body {
@@ -103,12 +107,48 @@ pub fn error_response(error: &ApiError) -> Response<Body> {
 pub async fn handle(state: Arc<State>, cert_user: Option<User>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path().to_string();
     let method = request.method().clone();
+    let (verb, resource) = counted_as(&state, &request);
     let response = match serve(&state, cert_user, request).await {
         Ok(response) => response,
         Err(error) => error_response(&error),
     };
+    state.counters.answered(verb, &resource, response.status().as_u16());
     tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
     response
+}
+
+/// The verb and resource a request is counted under in `apiserver_request_total`, named as kube-apiserver names
+/// them (`LIST` and `WATCH` for collections, `DELETECOLLECTION`); the resource is empty unless the server serves it.
+fn counted_as(state: &State, request: &Request<Incoming>) -> (&'static str, String) {
+    let segments: Vec<&str> = request.uri().path().split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => ("", "", &[][..]),
+    };
+    let known = |plural: &str| state.registry.resource(group, version, plural);
+    // (the plural, whether one object is named)
+    let (plural, named) = match rest {
+        ["namespaces", _, plural, rest @ ..] if known(plural).is_some_and(|r| r.info.namespaced) => {
+            (*plural, !rest.is_empty())
+        }
+        [plural, rest @ ..] => (*plural, !rest.is_empty()),
+        [] => ("", false),
+    };
+    let resource = if !plural.is_empty() && known(plural).is_some() { plural.to_string() } else { String::new() };
+    let verb = match *request.method() {
+        Method::GET if named || resource.is_empty() => "GET",
+        Method::GET if asks_to_watch(request.uri().query()) => "WATCH",
+        Method::GET => "LIST",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE if named || resource.is_empty() => "DELETE",
+        Method::DELETE => "DELETECOLLECTION",
+        Method::HEAD => "HEAD",
+        _ => "OTHER",
+    };
+    (verb, resource)
 }
 
 /// The form an answer takes, negotiated from the `Accept` header.

@@ -52,6 +52,8 @@ pub struct Counters {
     pub inflight: AtomicUsize,
     pub rejected_requests: AtomicU64,
     per_user: Mutex<HashMap<String, usize>>,
+    /// Answers by verb, resource and code, as kube-apiserver's `apiserver_request_total`.
+    answered: Mutex<HashMap<(&'static str, String, u16), u64>>,
 }
 
 /// Held while a connection is open.
@@ -108,6 +110,18 @@ impl Counters {
         Some(RequestSlot { counters: self.clone(), user: user.to_string() })
     }
 
+    /// Counts one answer. `resource` is a resource the server serves (or empty for other paths), so the number of
+    /// series stays bounded whatever paths clients ask for.
+    pub fn answered(&self, verb: &'static str, resource: &str, code: u16) {
+        let mut answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        match answered.get_mut(&(verb, resource.to_string(), code)) {
+            Some(count) => *count += 1,
+            None => {
+                answered.insert((verb, resource.to_string(), code), 1);
+            }
+        }
+    }
+
     /// The counters in the Prometheus text format.
     pub fn render(&self) -> String {
         let get = |v: &AtomicU64| v.load(Ordering::SeqCst);
@@ -145,6 +159,23 @@ impl Counters {
             "counter",
             "Requests refused with 429 because their user had too many in flight.",
             &[("{reason=\"per-user-inflight\"}", get(&self.rejected_requests))],
+        );
+        let mut answered: Vec<(String, u64)> = {
+            let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+            answered
+                .iter()
+                .map(|((verb, resource, code), n)| {
+                    (format!("{{verb=\"{verb}\",resource=\"{resource}\",code=\"{code}\"}}"), *n)
+                })
+                .collect()
+        };
+        answered.sort();
+        let samples: Vec<(&str, u64)> = answered.iter().map(|(labels, n)| (labels.as_str(), *n)).collect();
+        family(
+            "apiserver_request_total",
+            "counter",
+            "Requests answered, by verb, resource and HTTP code (a watch when it starts).",
+            &samples,
         );
         out
     }

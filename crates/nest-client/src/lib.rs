@@ -1,5 +1,6 @@
-//! What every nest component does with a Kubernetes client, written once: [`connect`] from a kubeconfig, and read a
-//! request's outcome by what it means for a controller ([`done_unless_gone_or_changed`], [`done_unless_refused`]).
+//! What every nest component does with a Kubernetes client, written once: [`connect`] from a kubeconfig, keep a
+//! [`cache`] of what a watch reports, and read a request's outcome by what it means for a controller
+//! ([`done_unless_gone_or_changed`], [`done_unless_refused`]).
 //! No component links another for these.
 
 #![forbid(unsafe_code)]
@@ -8,6 +9,28 @@
 use std::path::Path;
 
 use anyhow::Context;
+use futures_util::StreamExt;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+/// A cache of `api`'s objects (those `config` selects), kept by one watch as client-go's informers keep theirs: the
+/// store, and the future that feeds it until it is dropped. A failing watch is retried with backoff, never in a
+/// tight loop. Read the store after [`kube::runtime::reflector::Store::wait_until_ready`].
+pub fn cache<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+) -> (reflector::Store<K>, impl std::future::Future<Output = ()> + Send + 'static)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let feed = reflector::reflector(writer, watcher(api, config)).default_backoff().for_each(|event| async move {
+        if let Err(error) = event {
+            tracing::debug!(%error, "watch");
+        }
+    });
+    (store, feed)
+}
 
 /// A client for a cluster, and what else its kubeconfig says that components use.
 pub struct Connection {

@@ -9,14 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -32,11 +31,7 @@ struct Context {
 
 /// Runs the controllers until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    let (services, writer) = reflector::store::<Service>();
-    let service_feed =
-        reflector::reflector(writer, watcher(Api::<Service>::all(client.clone()), watcher::Config::default()))
-            .applied_objects()
-            .for_each(|_| async {});
+    let (services, service_feed) = nest_client::cache(Api::<Service>::all(client.clone()), Default::default());
     let selecting = services.clone();
     let context = Arc::new(Context { client: client.clone() });
     let endpoints = Controller::new(Api::<Service>::all(client.clone()), watcher::Config::default())

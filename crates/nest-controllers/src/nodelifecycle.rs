@@ -1,8 +1,10 @@
 //! Node lifecycle, after kube-controller-manager's `nodelifecycle` controller (1.33): a node whose Lease in
 //! `kube-node-lease` has not been renewed for the grace period is marked `Ready=Unknown` ("Kubelet stopped posting node
 //! status."), tainted `node.kubernetes.io/unreachable` (NoSchedule and NoExecute), and its pods' `Ready` condition
-//! goes false. Once the node reports Ready again, the taints are removed.
+//! goes false. Once the node reports Ready again, the taints are removed. Nodes and Leases are read from the caches
+//! of two watches, so looking at them every second sends nothing; only a change of a node's state is written.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -19,29 +21,35 @@ const MONITOR_EVERY: Duration = Duration::from_secs(1);
 /// Runs the controller until the task is dropped. `grace` is kube-controller-manager's
 /// `--node-monitor-grace-period`.
 pub async fn run(client: Client, grace: Duration) {
-    loop {
-        if let Err(error) = pass(&client, grace).await {
-            tracing::debug!(%error, "node lifecycle");
+    let (nodes, node_feed) = nest_client::cache(Api::<Node>::all(client.clone()), Default::default());
+    let (leases, lease_feed) =
+        nest_client::cache(Api::<Lease>::namespaced(client.clone(), "kube-node-lease"), Default::default());
+    let monitor = async {
+        if nodes.wait_until_ready().await.is_err() || leases.wait_until_ready().await.is_err() {
+            return;
         }
-        tokio::time::sleep(MONITOR_EVERY).await;
-    }
+        loop {
+            if let Err(error) = pass(&client, &nodes.state(), &leases.state(), grace).await {
+                tracing::debug!(%error, "node lifecycle");
+            }
+            tokio::time::sleep(MONITOR_EVERY).await;
+        }
+    };
+    tokio::join!(node_feed, lease_feed, monitor);
 }
 
 fn seconds_now() -> i64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
-async fn pass(client: &Client, grace: Duration) -> kube::Result<()> {
+/// Looks at every node once: `known` nodes and `leases` as the caches hold them.
+async fn pass(client: &Client, known: &[Arc<Node>], leases: &[Arc<Lease>], grace: Duration) -> kube::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let renewals: std::collections::HashMap<String, i64> = leases
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0.as_second())))
+        .iter()
+        .filter_map(|l| Some((l.name_any(), l.spec.as_ref()?.renew_time.as_ref()?.0.as_second())))
         .collect();
-    for node in nodes.list(&ListParams::default()).await?.items {
+    for node in known {
         let name = node.name_any();
         let ready = node
             .status

@@ -12,8 +12,8 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Toleration};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -62,16 +62,8 @@ impl Context {
 
 /// Runs the scheduler until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    let (nodes, node_writer) = reflector::store();
-    let (pods, pod_writer) = reflector::store();
-    let node_feed =
-        reflector::reflector(node_writer, watcher(Api::<Node>::all(client.clone()), watcher::Config::default()))
-            .applied_objects()
-            .for_each(|_| async {});
-    let pod_feed =
-        reflector::reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()))
-            .applied_objects()
-            .for_each(|_| async {});
+    let (nodes, node_feed) = nest_client::cache(Api::<Node>::all(client.clone()), Default::default());
+    let (pods, pod_feed) = nest_client::cache(Api::<Pod>::all(client.clone()), Default::default());
     let pending = watcher::Config::default().fields("spec.nodeName=");
     let context =
         Arc::new(Context { client: client.clone(), nodes, pods, assumed: Mutex::default(), cycle: Default::default() });

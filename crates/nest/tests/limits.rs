@@ -168,3 +168,41 @@ async fn a_user_over_its_in_flight_limit_gets_429_while_another_is_served() {
     assert_eq!(get(&server, "alice-token", "/api/v1/namespaces").await.0, 200);
     assert!(metrics(&server).contains("nest_apiserver_rejected_requests_total{reason=\"per-user-inflight\"} 1"));
 }
+
+/// `apiserver_request_total` counts answers by verb, resource and code as kube-apiserver names them, and paths the
+/// server does not serve add no series: a client asking for a thousand made-up resources grows nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_counted_by_verb_resource_and_code_and_made_up_paths_add_no_series() {
+    let tokens = tokens();
+    let server = Server::start_with(&["--token-auth-file", tokens.path().to_str().unwrap()]);
+    let_tenants_read(&server);
+    server.ok(&["create", "configmap", "counted", "--from-literal=a=b"]);
+    server.ok(&["get", "configmaps"]);
+    server.ok(&["get", "configmap", "counted"]);
+    assert!(!server.kubectl(&["get", "configmap", "missing"]).status.success());
+    server.ok(&["delete", "configmap", "counted"]);
+    let counted = |metrics: &str, labels: &str| {
+        let prefix = format!("apiserver_request_total{{{labels}}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|n| n.parse::<u64>().unwrap())
+    };
+    let series = |metrics: &str| metrics.lines().filter(|l| l.starts_with("apiserver_request_total{")).count();
+    let before = metrics(&server);
+    assert_eq!(counted(&before, r#"verb="POST",resource="configmaps",code="201""#), Some(1), "{before}");
+    assert!(counted(&before, r#"verb="LIST",resource="configmaps",code="200""#) >= Some(1), "{before}");
+    assert!(counted(&before, r#"verb="GET",resource="configmaps",code="200""#) >= Some(1), "{before}");
+    assert!(counted(&before, r#"verb="GET",resource="configmaps",code="404""#) >= Some(1), "{before}");
+    assert_eq!(counted(&before, r#"verb="DELETE",resource="configmaps",code="200""#), Some(1), "{before}");
+    // A thousand made-up resources and names, as a user allowed to read: not one new series for them.
+    let (status, _) = get(&server, "bob-token", "/apis/made.up/v1/namespaces/default/things0/x").await;
+    assert_eq!(status, 404);
+    let one = metrics(&server);
+    for i in 1..1000 {
+        let (status, _) =
+            get(&server, "bob-token", &format!("/apis/made.up/v{i}/namespaces/ns{i}/things{i}/x{i}")).await;
+        assert_eq!(status, 404);
+    }
+    let after = metrics(&server);
+    assert_eq!(series(&after), series(&one), "{after}");
+    let unserved = r#"verb="GET",resource="",code="404""#;
+    assert_eq!(counted(&after, unserved), counted(&one, unserved).map(|n| n + 999), "{after}");
+}

@@ -8,7 +8,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, LOOK_AGAIN, Result, condition, keep_transitions, names_of, owner, paused, report_paused};
+use super::{Context, Result, condition, keep_transitions, look_again, names_of, owner, paused, report_paused};
 use crate::api::{ApiEndpoint, CLUSTER_NAME_LABEL, Cluster, NestedCluster, NestedControlPlane};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
@@ -177,7 +177,7 @@ pub(super) async fn reconcile_cluster(cluster: Arc<Cluster>, context: Arc<Contex
         "observedGeneration": generation,
     }});
     clusters.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
-    Ok(Action::requeue(LOOK_AGAIN))
+    Ok(look_again(phase == "Provisioned" && plane_ready))
 }
 
 /// The finalizer a NestedCluster holds until its control plane is gone: the infrastructure outlives the control plane
@@ -244,5 +244,5 @@ pub(super) async fn reconcile_nested_cluster(
         "observedGeneration": generation,
     }});
     api.patch_status(&infrastructure.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
-    Ok(Action::requeue(LOOK_AGAIN))
+    Ok(look_again(ready))
 }

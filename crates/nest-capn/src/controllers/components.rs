@@ -14,8 +14,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::{
-    Context, LOOK_AGAIN, Result, TenantClients, answers, apply_rendered, cluster_ips, cluster_paused, condition,
-    ensure_leaf, keep_transitions, names_of, owner, paused, report_paused, secret_data,
+    Context, Result, TenantClients, answers, apply_rendered, cluster_ips, cluster_paused, condition, ensure_leaf,
+    keep_transitions, look_again, names_of, owner, paused, report_paused, secret_data, within,
 };
 use crate::api::{
     CLUSTER_NAME_LABEL, Cluster, Flavor, NestedAPIServer, NestedAPIServerSpec, NestedComponentSpec,
@@ -202,6 +202,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
         Component::ControllerManager => (true, Vec::new(), None),
     };
     let mut status = component_status(previous.as_ref(), &set, healthy, spec.version.clone(), &refusals, generation);
+    let well = status.phase.as_deref() == Some("Ready");
     if !addresses.is_empty() {
         status.addresses = Some(addresses);
     }
@@ -213,7 +214,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
         ..Default::default()
     });
     api.patch_status(&component.name_any(), &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await?;
-    Ok(Action::requeue(LOOK_AGAIN))
+    Ok(look_again(well))
 }
 
 fn not_paused(generation: Option<i64>) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
@@ -304,7 +305,7 @@ async fn etcd_healthy(tenants: &TenantClients, secrets: &Api<Secret>, names: &Na
     let ca = secret_data(&client_secret, "ca.crt").unwrap_or_default();
     let Some(client) = tenants.get(url, &ca, Some(&pair)).await else { return Ok(false) };
     let request = http::Request::get("/health").body(Vec::new()).expect("a request");
-    let answer = client.request_text(request).await.unwrap_or_default();
+    let answer = within(client.request_text(request)).await.unwrap_or_default();
     Ok(serde_json::from_str::<Value>(&answer).is_ok_and(|v| v["health"] == "true"))
 }
 

@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::components::ComponentObject;
 use super::{
-    Context, LOOK_AGAIN, Result, cluster_paused, cluster_secret, condition, ensure, ensure_ca, ensure_leaf,
-    keep_transitions, owner, paused, report_paused, secret_data, tenant_client,
+    Context, Result, cluster_paused, cluster_secret, condition, ensure, ensure_ca, ensure_leaf, keep_transitions,
+    look_again, owner, paused, report_paused, secret_data, tenant_client, within,
 };
 use crate::api::{
     CLUSTER_NAME_LABEL, Cluster, NestedAPIServer, NestedComponentStatus, NestedControlPlane, NestedControllerManager,
@@ -142,10 +142,11 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
     // Initialized once the API server has answered, for good.
     let mut initialized = plane.status.as_ref().is_some_and(|s| s.initialized);
     if !initialized && let Some(tenant) = tenant_client(&server, &ca.0.cert, Some(&admin)).await {
-        initialized = tenant.apiserver_version().await.is_ok();
+        initialized = within(tenant.apiserver_version()).await.is_some();
     }
     report_components(&planes, &plane, &components, &target, refusal.as_ref(), initialized).await?;
-    Ok(Action::requeue(LOOK_AGAIN))
+    let all_ready = components.iter().all(|(_, state)| state.as_ref().is_some_and(ComponentState::ready));
+    Ok(look_again(initialized && all_ready))
 }
 
 /// What the control plane knows of one of its components.

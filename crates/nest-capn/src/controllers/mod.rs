@@ -58,8 +58,18 @@ pub enum Error {
 
 type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// How often health is looked at.
+/// How often an object is looked at again while it is not yet what it should be (a component not Ready, a cluster
+/// not Provisioned).
 const LOOK_AGAIN: Duration = Duration::from_secs(3);
+/// How often it is looked at again once it is: what changes a controller's objects reaches it through its watches
+/// (a component's StatefulSet follows its pods' readiness probes, a Cluster its control plane), so this only catches
+/// what no watch shows, such as an API server that stops answering through its Service.
+const LOOK_AGAIN_WHEN_WELL: Duration = Duration::from_secs(30);
+
+/// When to look again at an object that is `well` (or not yet).
+fn look_again(well: bool) -> Action {
+    Action::requeue(if well { LOOK_AGAIN_WHEN_WELL } else { LOOK_AGAIN })
+}
 /// The type Cluster API gives the Secrets it reads.
 const SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
 
@@ -70,7 +80,7 @@ struct Context {
 }
 
 /// Clients for tenant API servers and etcds, made once per address and credential and then reused: the health
-/// checks run every [`LOOK_AGAIN`] for every component, and a new client each time is a new connection and a new
+/// checks run every few seconds for every component, and a new client each time is a new connection and a new
 /// TLS handshake each time.
 #[derive(Default)]
 struct TenantClients(std::sync::Mutex<std::collections::HashMap<String, Client>>);
@@ -405,14 +415,24 @@ async fn tenant_client(server: &str, ca: &str, user: Option<&nest_pki::Pair>) ->
             config
         }
     };
-    config.connect_timeout = Some(Duration::from_secs(2));
-    config.read_timeout = Some(Duration::from_secs(2));
+    // No read timeout: the client's connection is kept for the next check, and a read timeout on the connection
+    // closes it whenever it sits idle that long (so every check would open a new one). Each check is bounded by
+    // [`within`] instead.
+    config.connect_timeout = Some(CHECK_TIMEOUT);
     Client::try_from(config).ok()
+}
+
+/// How long a health check of a tenant component may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The answer of `request` to a tenant component, or `None` when it has none within [`CHECK_TIMEOUT`].
+async fn within<T, E>(request: impl std::future::Future<Output = std::result::Result<T, E>>) -> Option<T> {
+    tokio::time::timeout(CHECK_TIMEOUT, request).await.ok()?.ok()
 }
 
 /// Whether the API server at `server` answers `/readyz`.
 async fn answers(tenants: &TenantClients, server: &str, ca: &str) -> bool {
     let Some(client) = tenants.get(server, ca, None).await else { return false };
     let request = http::Request::get("/readyz").body(Vec::new()).expect("a request");
-    client.request_text(request).await.is_ok_and(|body| body.trim() == "ok")
+    within(client.request_text(request)).await.is_some_and(|body| body.trim() == "ok")
 }

@@ -4,10 +4,14 @@
 //! TCP connections. Then it adds tenants, step by step (`--tenants 10`), and measures again once they are ready and
 //! have settled, so that the cost of one more idle tenant shows.
 //!
+//! The management API server's answers are read from its `apiserver_request_total` before and after the window:
+//! their rate, and the five series (verb, resource, code) answered most often.
+//!
 //! New connections are counted machine-wide (`TcpActiveOpens` in `/proc/net/snmp`), so run it on a quiet machine;
 //! nothing but `nest up` runs during the window. The bench uses `nest up`'s fixed node and pod addresses: run no
 //! other `nest up` beside it.
 
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -78,23 +82,62 @@ fn active_opens() -> u64 {
         .unwrap_or(0)
 }
 
-/// What the processes under `pid` used over `window`.
+/// The management API server's `apiserver_request_total`, series by series (`verb resource code` → count).
+async fn requests_answered(client: &kube::Client) -> BTreeMap<String, u64> {
+    let request = hyper::Request::get("/metrics").body(Vec::new()).expect("a request");
+    let text = client.request_text(request).await.unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let (labels, count) = line.strip_prefix("apiserver_request_total{")?.split_once("} ")?;
+            let label = |name: &str| {
+                let value = labels.split(&format!("{name}=\"")).nth(1)?;
+                value.split('"').next()
+            };
+            let series = format!("{} {} {}", label("verb")?, label("resource")?, label("code")?);
+            Some((series, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// What the processes under `pid` used over `window`, and what the management API server answered.
 struct Idle {
     processes: usize,
     cpu_percent: f64,
     connections_per_second: f64,
+    requests_per_second: f64,
+    /// The series answered most often over the window, with their rates.
+    busiest: Vec<(String, f64)>,
 }
 
-async fn measure(pid: u32, window: Duration) -> Idle {
-    let before = (cpu_ticks(&process_tree(pid)), active_opens());
+async fn measure(pid: u32, client: &kube::Client, window: Duration) -> Idle {
+    let before = (cpu_ticks(&process_tree(pid)), active_opens(), requests_answered(client).await);
     tokio::time::sleep(window).await;
     let pids = process_tree(pid);
-    let after = (cpu_ticks(&pids), active_opens());
+    let after = (cpu_ticks(&pids), active_opens(), requests_answered(client).await);
     let seconds = window.as_secs_f64();
+    let mut grew: Vec<(String, u64)> = after
+        .2
+        .iter()
+        .map(|(series, n)| (series.clone(), n - before.2.get(series).copied().unwrap_or(0).min(*n)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    // The bench's own first read of /metrics is counted in the second.
+    if let Some(own) = grew.iter_mut().find(|(series, _)| series == "GET  200") {
+        own.1 -= 1;
+    }
+    grew.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let requests: u64 = grew.iter().map(|(_, n)| n).sum();
     Idle {
         processes: pids.len(),
         cpu_percent: round(after.0.saturating_sub(before.0) as f64 / TICKS_PER_SECOND / seconds * 100.0),
         connections_per_second: round(after.1.saturating_sub(before.1) as f64 / seconds),
+        requests_per_second: round(requests as f64 / seconds),
+        busiest: grew
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .take(5)
+            .map(|(s, n)| (s, round(n as f64 / seconds)))
+            .collect(),
     }
 }
 
@@ -148,7 +191,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         names.extend(added);
         wait_provisioned(&clusters, &names, Instant::now(), args.timeout).await?;
         tokio::time::sleep(args.settle).await;
-        let idle = measure(up.0.id(), args.window).await;
+        let idle = measure(up.0.id(), &client, args.window).await;
         let (tenants_then, cpu_then) = *first.get_or_insert((names.len(), idle.cpu_percent));
         let extra = names.len() - tenants_then;
         emit(json!({
@@ -156,6 +199,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "cpu_percent_of_one_core": idle.cpu_percent,
             "cpu_percent_per_added_tenant": (extra > 0).then(|| round((idle.cpu_percent - cpu_then) / extra as f64)),
             "new_tcp_connections_per_second": idle.connections_per_second,
+            "management_requests_per_second": idle.requests_per_second,
+            "management_busiest": idle.busiest.iter().map(|(series, rate)| json!({"series": series, "per_second": rate})).collect::<Vec<_>>(),
             "window_seconds": args.window.as_secs_f64(),
         }));
     }
