@@ -12,7 +12,7 @@ pub mod list_meta;
 pub mod patch_meta;
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use k8s_openapi::Resource;
 use schemars::JsonSchema;
@@ -139,13 +139,26 @@ kinds!(
 /// `(group, version, kind)`.
 type Gvk = (&'static str, &'static str, &'static str);
 
-static GENERATED: LazyLock<Mutex<HashMap<Gvk, Arc<KindSchema>>>> = LazyLock::new(Mutex::default);
+/// Where each kind sits in [`KINDS`], built once.
+static INDEX: LazyLock<HashMap<Gvk, usize>> =
+    LazyLock::new(|| KINDS.iter().enumerate().map(|(i, &(g, v, k, _, _))| ((g, v, k), i)).collect());
+
+/// Each kind's schema once generated, by its place in [`KINDS`]: read without a lock once it is there.
+static GENERATED: LazyLock<Vec<OnceLock<Arc<KindSchema>>>> =
+    LazyLock::new(|| KINDS.iter().map(|_| OnceLock::new()).collect());
 
 /// The schema of `group/version, Kind=kind` (`group` empty for the core group), if it is a built-in kind nest knows.
 pub fn kind_schema(group: &str, version: &str, kind: &str) -> Option<Arc<KindSchema>> {
-    let &(g, v, k, generate, _) = KINDS.iter().find(|(g, v, k, _, _)| *g == group && *v == version && *k == kind)?;
-    let mut generated = GENERATED.lock().unwrap_or_else(|p| p.into_inner());
-    Some(generated.entry((g, v, k)).or_insert_with(|| Arc::new(generate())).clone())
+    let &at = INDEX.get(&(group, version, kind))?;
+    let generate = KINDS[at].3;
+    Some(GENERATED[at].get_or_init(|| Arc::new(generate())).clone())
+}
+
+/// ObjectMeta's schema (its root is a reference to it), for the metadata of kinds with no schema of their own here.
+pub fn object_meta_schema() -> Arc<KindSchema> {
+    static META: LazyLock<Arc<KindSchema>> =
+        LazyLock::new(|| Arc::new(generate::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>()));
+    META.clone()
 }
 
 /// Every `(group, version, kind)` [`kind_schema`] knows.

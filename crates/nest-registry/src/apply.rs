@@ -51,7 +51,7 @@ const SERVER_METADATA: &[&str] = &[
 ];
 
 /// ObjectMeta's schema, for custom resources' metadata.
-static META: LazyLock<Option<Arc<KindSchema>>> = LazyLock::new(|| nest_openapi::kind_schema("", "v1", "ConfigMap"));
+static META: LazyLock<Arc<KindSchema>> = LazyLock::new(nest_openapi::object_meta_schema);
 
 /// How a list merges: as a whole, as a set, or as a map by the values of these keys.
 enum ListType<'a> {
@@ -91,12 +91,8 @@ impl<'a> At<'a> {
 
     fn field(self, field: &str, top: bool) -> At<'a> {
         if top && field == "metadata" && matches!(self, At::Custom(_)) {
-            return match META.as_deref() {
-                Some(meta) => {
-                    At::Builtin(meta, meta.resolve(&meta.root).get("properties").and_then(|p| p.get("metadata")))
-                }
-                None => At::Custom(None),
-            };
+            let meta: &KindSchema = &META;
+            return At::Builtin(meta, Some(&meta.root));
         }
         let (_, node) = self.resolved();
         let child =
