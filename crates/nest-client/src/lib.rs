@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 /// A cache of `api`'s objects (those `config` selects), kept by one watch as client-go's informers keep theirs: the
-/// store, and the future that feeds it until it is dropped. A failing watch is retried with backoff, never in a
-/// tight loop. Read the store after [`kube::runtime::reflector::Store::wait_until_ready`].
+/// store, and the future that feeds it until it is dropped. A failing watch is retried with client-go's backoff,
+/// never in a tight loop. Read the store after [`kube::runtime::reflector::Store::wait_until_ready`].
 pub fn cache<K>(
     api: kube::Api<K>,
     config: watcher::Config,
@@ -23,11 +23,40 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    cache_then(api, config, watcher::DefaultBackoff::default(), |_| {})
+}
+
+/// What a watch saw happen to an object, once the cache holds it.
+pub enum Seen<'a, K> {
+    /// Created or changed (or listed when the watch began).
+    Applied(&'a K),
+    /// Deleted.
+    Deleted(&'a K),
+}
+
+/// Like [`cache`], calling `then` with each object the watch reports, after the store has taken it in, and
+/// retrying a failing watch with `backoff`.
+pub fn cache_then<K, B, F>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    backoff: B,
+    mut then: F,
+) -> (reflector::Store<K>, impl std::future::Future<Output = ()> + Send + 'static)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    B: kube::runtime::utils::Backoff + Send + 'static,
+    F: FnMut(Seen<'_, K>) + Send + 'static,
+{
     let (store, writer) = reflector::store();
-    let feed = reflector::reflector(writer, watcher(api, config)).default_backoff().for_each(|event| async move {
-        if let Err(error) = event {
-            tracing::debug!(%error, "watch");
+    let feed = reflector::reflector(writer, watcher(api, config).backoff(backoff)).for_each(move |event| {
+        match event {
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => then(Seen::Applied(&object)),
+            Ok(watcher::Event::Delete(object)) => then(Seen::Deleted(&object)),
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Err(error) => tracing::debug!(%error, "watch"),
         }
+        async {}
     });
     (store, feed)
 }

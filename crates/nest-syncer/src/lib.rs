@@ -275,47 +275,36 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         feeds.push(Box::pin(feed));
         super_objects.push(store);
     }
-    let (super_namespaces, writer) = reflector::store::<Namespace>();
-    let namespaces = Api::<Namespace>::all(super_client.clone());
-    let feed = reflector::reflector(writer, watcher(namespaces, tenant_selector).backoff(Retry::new()))
-        .applied_objects()
-        .for_each(|_| async {});
+    let (super_namespaces, feed) =
+        nest_client::cache_then(Api::<Namespace>::all(super_client.clone()), tenant_selector, Retry::new(), |_| {});
     feeds.push(Box::pin(feed));
-    let (super_nodes, writer) = reflector::store::<Node>();
-    let feed = reflector::reflector(
-        writer,
-        watcher(Api::<Node>::all(super_client.clone()), Default::default()).backoff(Retry::new()),
-    )
-    .applied_objects()
-    .for_each(|_| async {});
+    let (super_nodes, feed) =
+        nest_client::cache_then(Api::<Node>::all(super_client.clone()), Default::default(), Retry::new(), |_| {});
     feeds.push(Box::pin(feed));
-    let (super_events, writer) = reflector::store::<Event>();
     let slot = syncer_slot.clone();
-    let feed = reflector::reflector(
-        writer,
-        watcher(Api::<Event>::all(super_client.clone()), Default::default()).backoff(Retry::new()),
-    )
-    .applied_objects()
-    .for_each(move |event| {
-        if let (Ok(event), Some(syncer)) = (event, slot.get()) {
-            sync::enqueue_event(syncer, &event);
-        }
-        async {}
-    });
+    let (super_events, feed) = nest_client::cache_then(
+        Api::<Event>::all(super_client.clone()),
+        Default::default(),
+        Retry::new(),
+        move |seen| {
+            if let (nest_client::Seen::Applied(event), Some(syncer)) = (seen, slot.get()) {
+                sync::enqueue_event(syncer, event);
+            }
+        },
+    );
     feeds.push(Box::pin(feed));
-    let (super_volumes, writer) = reflector::store::<PersistentVolume>();
     let slot = syncer_slot.clone();
-    let feed = reflector::reflector(
-        writer,
-        watcher(Api::<PersistentVolume>::all(super_client.clone()), Default::default()).backoff(Retry::new()),
-    )
-    .touched_objects()
-    .for_each(move |volume| {
-        if let (Ok(volume), Some(syncer)) = (volume, slot.get()) {
-            volumes::enqueue(syncer, &volume);
-        }
-        async {}
-    });
+    let (super_volumes, feed) = nest_client::cache_then(
+        Api::<PersistentVolume>::all(super_client.clone()),
+        Default::default(),
+        Retry::new(),
+        move |seen| {
+            let (nest_client::Seen::Applied(volume) | nest_client::Seen::Deleted(volume)) = seen;
+            if let Some(syncer) = slot.get() {
+                volumes::enqueue(syncer, volume);
+            }
+        },
+    );
     feeds.push(Box::pin(feed));
     let mut public = Vec::new();
     let public_kinds = kinds::public();
