@@ -15,6 +15,7 @@
 pub mod addresses;
 pub mod allowlist;
 pub mod expand;
+pub mod images;
 pub mod kubelet;
 pub mod probe;
 pub mod process;
@@ -119,6 +120,7 @@ impl Options {
                 crash_backoff: Duration::from_secs(10),
                 oci_runtime: "runc".into(),
                 init: nest.clone(),
+                pull_from: Vec::new(),
             },
             name,
             cpu: "4".into(),
@@ -327,7 +329,7 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, kube:
     if runtime.knows(&uid) {
         return process_reconcile(&pod, &context, &runtime).await;
     }
-    match runtime.programs(&pod) {
+    match runtime.sources(&pod) {
         Ok(_) => process_reconcile(&pod, &context, &runtime).await,
         Err(_) if context.options.mode == Mode::Both => simulated::reconcile(&pod, &context).await,
         Err(image) => refuse(&pod, &context, &image).await,
@@ -381,6 +383,18 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
         return Ok(Action::await_change());
     }
     let ip = address(pod, context);
+    // An image pull failed a moment ago: the pod waits out the back-off, as the kubelet's does.
+    if let Some(backoff) = runtime.pull_backoff(&uid) {
+        let message = format!("Back-off pulling image \"{}\"", backoff.image);
+        if waiting_reason(pod) != Some("ImagePullBackOff") {
+            report_waiting(pod, context, &ip, json!({"waiting": {"reason": "ImagePullBackOff", "message": message}}))
+                .await?;
+            event(pod, context, "Normal", "BackOff", &message).await?;
+            event(pod, context, "Warning", "Failed", "Error: ImagePullBackOff").await?;
+        }
+        let left = backoff.until.saturating_duration_since(std::time::Instant::now());
+        return Ok(Action::requeue(left + Duration::from_millis(100)));
+    }
     let facts = process::prepare::PodFacts {
         pod,
         pod_ip: &ip,
@@ -396,10 +410,18 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
             report_waiting(pod, context, &ip, waiting).await?;
             // What the pod lacks (a ConfigMap, a Secret) is often being made at this moment, by whoever made the pod:
             // look again soon, as the kubelet's volume manager does, since this node watches pods, not them.
-            let again = match error {
+            let again = match &error {
                 process::PrepareError::Config(_) | process::PrepareError::Api(_) => Duration::from_secs(1),
                 process::PrepareError::Io(_) => Duration::from_secs(10),
+                // Then the back-off is reported (above) until the next try.
+                process::PrepareError::Pull { .. } => Duration::from_secs(1),
             };
+            // The kubelet's two Events for a failed pull: what failed, and the container's new waiting reason.
+            if let process::PrepareError::Pull { image, message, reason } = &error {
+                event(pod, context, "Warning", "Failed", &format!("Failed to pull image \"{image}\": {message}"))
+                    .await?;
+                event(pod, context, "Warning", "Failed", &format!("Error: {reason}")).await?;
+            }
             Ok(Action::requeue(again))
         }
     }
@@ -447,6 +469,18 @@ async fn refuse(pod: &Pod, context: &Context, image: &str) -> Result<Action, kub
         context.options.name
     );
     report_waiting(pod, context, "", json!({"waiting": {"reason": REASON, "message": message}})).await?;
+    event(pod, context, "Warning", "Failed", &message).await?;
+    Ok(Action::await_change())
+}
+
+/// The reason the pod's first container waits for, as last reported.
+fn waiting_reason(pod: &Pod) -> Option<&str> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses.first()?.state.as_ref()?.waiting.as_ref()?.reason.as_deref()
+}
+
+/// Records an Event about the pod from this node's kubelet.
+async fn event(pod: &Pod, context: &Context, type_: &str, reason: &str, message: &str) -> Result<(), kube::Error> {
     let namespace = pod.namespace().unwrap_or_default();
     let event = Event {
         metadata: ObjectMeta { generate_name: Some(format!("{}.", pod.name_any())), ..Default::default() },
@@ -458,9 +492,9 @@ async fn refuse(pod: &Pod, context: &Context, image: &str) -> Result<Action, kub
             uid: pod.uid(),
             ..Default::default()
         },
-        reason: Some("Failed".into()),
-        message: Some(message),
-        type_: Some("Warning".into()),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        type_: Some(type_.into()),
         source: Some(k8s_openapi::api::core::v1::EventSource {
             component: Some("kubelet".into()),
             host: Some(context.options.name.clone()),
@@ -472,7 +506,7 @@ async fn refuse(pod: &Pod, context: &Context, image: &str) -> Result<Action, kub
     };
     let events: Api<Event> = Api::namespaced(context.client.clone(), &namespace);
     match events.create(&PostParams::default(), &event).await {
-        Ok(_) | Err(kube::Error::Api(_)) => Ok(Action::await_change()),
+        Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
         Err(error) => Err(error),
     }
 }

@@ -53,6 +53,8 @@ enum Command {
     /// Prints the CustomResourceDefinitions of the Cluster API provider (Cluster, NestedCluster, NestedControlPlane and
     /// its components).
     Crds(cmd::crds::Args),
+    /// nest's own image as an OCI archive (build), and a node's image store (import, push, list).
+    Image(cmd::image::Args),
     /// Benchmarks that print one JSON line per measured configuration.
     Bench {
         #[command(subcommand)]
@@ -96,5 +98,6 @@ fn main() -> anyhow::Result<()> {
         Command::Manager(args) => runtime.block_on(cmd::manager::run(args)),
         Command::Syncer(args) => runtime.block_on(cmd::syncer::run(args)),
         Command::Cluster(args) => runtime.block_on(cmd::cluster::run(args)),
+        Command::Image(args) => runtime.block_on(cmd::image::run(args)),
     }
 }

@@ -8,10 +8,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::eventually;
-use common::up::{kubectl, processes_with, stop, up};
+use common::up::{demo_tenant, kubectl, processes_with, stop, up};
 
 fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
     let out = kubectl(kubeconfig, cache, &[args, &["-o", "json"]].concat());
@@ -34,19 +33,7 @@ fn a_tenant_admins_pods_run_in_sandboxes_that_keep_the_host_out_of_reach() {
     let cache = tempfile::tempdir().unwrap();
     let (child, _) = up(data.path());
     let admin = data.path().join("admin.kubeconfig");
-    // The provider's CRDs and the demo tenant come a moment after nest up prints its instructions.
-    eventually(120, "the demo tenant Ready", || {
-        let args = ["wait", "nestedcontrolplane/demo", "--for=condition=Ready", "--timeout=10s"];
-        kubectl(&admin, cache.path(), &args).status.success()
-    });
-    let demo = cache.path().join("demo.kubeconfig");
-    let written = Command::new(env!("CARGO_BIN_EXE_nest"))
-        .args(["cluster", "kubeconfig", "demo"])
-        .env("KUBECONFIG", &admin)
-        .output()
-        .unwrap();
-    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
-    std::fs::write(&demo, &written.stdout).unwrap();
+    let demo = demo_tenant(data.path(), cache.path());
 
     let marker = format!("sandbox-test-{}", std::process::id());
     let host_files = [

@@ -42,6 +42,27 @@ pub struct Config {
     pub oci_runtime: PathBuf,
     /// The node's own binary: every container's init ([`init`]).
     pub init: PathBuf,
+    /// Registries (`host` or `host:port`; `*` for any) this node pulls images from, besides those on this machine
+    /// (loopback addresses and `localhost`), which it always may and speaks to over plain HTTP, as Docker does.
+    pub pull_from: Vec<String>,
+}
+
+/// Where a container's process comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// An allowlisted executable of the host.
+    Host(PathBuf),
+    /// An image, from the node's store or pulled into it.
+    Image(String),
+}
+
+/// A pod's image pulls that failed: how many times, and when the node may try again (the kubelet's back-off: 10 s,
+/// doubling to 5 min).
+#[derive(Clone, Debug)]
+pub struct PullBackOff {
+    pub image: String,
+    pub failures: u32,
+    pub until: std::time::Instant,
 }
 
 /// The pods this node runs as processes.
@@ -51,6 +72,9 @@ pub struct Runtime {
     sandboxes: sandbox::Sandboxes,
     /// Pods started by this node and not yet removed, by UID.
     pods: Mutex<HashMap<String, Arc<PodRun>>>,
+    images: crate::images::Store,
+    /// Pods whose image pulls failed, by UID.
+    pulls: Mutex<HashMap<String, PullBackOff>>,
 }
 
 impl Runtime {
@@ -70,15 +94,41 @@ impl Runtime {
         }
         let programs = config.allowlist.entries.iter().map(|e| e.executable.clone()).collect();
         let sandboxes = sandbox::Sandboxes::new(&config.data_dir, &config.oci_runtime, &config.init, programs)?;
-        Ok(Runtime { client, config, sandboxes, pods: Mutex::new(HashMap::new()) })
+        let images = crate::images::Store::open(&config.data_dir.join("images"))?;
+        Ok(Runtime {
+            client,
+            config,
+            sandboxes,
+            pods: Mutex::new(HashMap::new()),
+            images,
+            pulls: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The node's image store.
+    pub fn images(&self) -> &crate::images::Store {
+        &self.images
+    }
+
+    /// Whether this node may pull `image` from its registry, and whether over plain HTTP.
+    fn may_pull(&self, image: &str) -> Option<bool> {
+        let whole = crate::images::normalize(image).ok()?;
+        let reference: oci_client::Reference = whole.parse().ok()?;
+        let registry = reference.resolve_registry().to_string();
+        let host = registry.rsplit_once(':').map_or(registry.as_str(), |(h, _)| h);
+        let local = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        let named = self.config.pull_from.iter().any(|r| r == "*" || *r == registry || *r == host);
+        (local || named).then_some(local)
     }
 
     fn pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<PodRun>>> {
         self.pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The executables for the pod's containers (init containers first), or the first image not on the allowlist.
-    pub fn programs(&self, pod: &Pod) -> Result<Vec<PathBuf>, String> {
+    /// Where each of the pod's containers (init containers first) comes from: an image the store holds (unless its
+    /// pull policy is `Always`), an allowlisted executable, or an image to pull from a registry this node pulls from
+    /// (else the store's copy); or the first image none of these can give.
+    pub fn sources(&self, pod: &Pod) -> Result<Vec<Source>, String> {
         let spec = pod.spec.clone().unwrap_or_default();
         spec.init_containers
             .iter()
@@ -86,9 +136,100 @@ impl Runtime {
             .chain(spec.containers.iter())
             .map(|c| {
                 let image = c.image.clone().unwrap_or_default();
-                self.config.allowlist.executable(&image).map(Path::to_path_buf).ok_or(image)
+                let always = pull_policy(c) == "Always";
+                let stored = self.images.lookup(&image).is_some();
+                if stored && !always {
+                    return Ok(Source::Image(image));
+                }
+                if let Some(program) = self.config.allowlist.executable(&image) {
+                    return Ok(Source::Host(program.to_path_buf()));
+                }
+                if stored || self.may_pull(&image).is_some() {
+                    return Ok(Source::Image(image));
+                }
+                Err(image)
             })
             .collect()
+    }
+
+    /// The image `image` for a container of `pod` whose pull policy is `policy`: the store's copy, or pulled into
+    /// it with the pod's `imagePullSecrets`. While an earlier pull of the pod's is backing off, nothing is tried.
+    async fn image(
+        &self,
+        pod: &Pod,
+        image: &str,
+        policy: &str,
+        sources: &mut prepare::Sources,
+    ) -> Result<crate::images::Image, PrepareError> {
+        let stored = self.images.lookup(image);
+        let insecure = self.may_pull(image);
+        match (stored, insecure) {
+            (Some(found), _) if policy != "Always" => return Ok(found),
+            (Some(found), None) => return Ok(found),
+            (None, _) if policy == "Never" => {
+                return Err(PrepareError::Pull {
+                    image: image.into(),
+                    message: format!("Container image \"{image}\" is not present with pull policy of Never"),
+                    reason: "ErrImageNeverPull",
+                });
+            }
+            (None, None) => {
+                return Err(PrepareError::Pull {
+                    image: image.into(),
+                    message: format!("this node does not pull from the registry of {image:?} (see --pull-from)"),
+                    reason: "ErrImagePull",
+                });
+            }
+            _ => {}
+        }
+        let uid = pod.uid().unwrap_or_default();
+        let mut auth = crate::images::Auth::default();
+        for secret in pod.spec.iter().flat_map(|s| s.image_pull_secrets.iter().flatten()) {
+            if let Some(data) = sources.secret(&secret.name).await? {
+                for key in [".dockerconfigjson", ".dockercfg"] {
+                    if let Some(json) = data.get(key) {
+                        auth.add_docker_config(json);
+                    }
+                }
+            }
+        }
+        let whole = crate::images::normalize(image).map_err(|e| PrepareError::Pull {
+            image: image.into(),
+            message: e.to_string(),
+            reason: "InvalidImageName",
+        })?;
+        let registry = whole.split('/').next().unwrap_or_default().to_string();
+        let insecure = if insecure == Some(true) { vec![registry] } else { Vec::new() };
+        match self.images.pull(image, &auth, &insecure).await {
+            Ok(pulled) => {
+                self.pulls().remove(&uid);
+                Ok(pulled)
+            }
+            Err(error) => {
+                let mut pulls = self.pulls();
+                let failures = pulls.get(&uid).filter(|p| p.image == image).map_or(0, |p| p.failures) + 1;
+                let wait =
+                    Duration::from_secs(10).saturating_mul(1 << (failures - 1).min(5)).min(Duration::from_secs(300));
+                pulls.insert(
+                    uid,
+                    PullBackOff { image: image.into(), failures, until: std::time::Instant::now() + wait },
+                );
+                Err(PrepareError::Pull {
+                    image: image.into(),
+                    message: format!("failed to pull and unpack image \"{image}\": {error}"),
+                    reason: "ErrImagePull",
+                })
+            }
+        }
+    }
+
+    fn pulls(&self) -> std::sync::MutexGuard<'_, HashMap<String, PullBackOff>> {
+        self.pulls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The back-off of pod `uid`'s failed image pull, while it lasts.
+    pub fn pull_backoff(&self, uid: &str) -> Option<PullBackOff> {
+        self.pulls().get(uid).filter(|p| p.until > std::time::Instant::now()).cloned()
     }
 
     /// Whether pod `uid` was started here (and not removed since).
@@ -115,16 +256,29 @@ impl Runtime {
         let claims_dir = self.config.data_dir.join("claims");
         let mut sources = prepare::Sources::new(self.client.clone(), &pod.namespace().unwrap_or_default());
         prepare::write_volumes(facts, &mut sources, &pod_dir, &claims_dir).await?;
-        let programs =
-            self.programs(pod).map_err(|image| PrepareError::Config(format!("image {image} not allowed")))?;
+        let chosen = self.sources(pod).map_err(|image| PrepareError::Config(format!("image {image} not allowed")))?;
         let spec = pod.spec.clone().unwrap_or_default();
         let containers: Vec<_> = spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect();
+        let base = self.sandboxes.base(pod)?;
         let mut launches = Vec::new();
-        for (container, program) in containers.iter().zip(&programs) {
-            let launch = prepare::launch(facts, container, program, &mut sources, &pod_dir, &claims_dir).await?;
+        for (container, source) in containers.iter().zip(&chosen) {
+            let launch = match source {
+                Source::Host(program) => {
+                    prepare::launch(facts, container, program, None, &mut sources, &pod_dir, &claims_dir).await?
+                }
+                Source::Image(name) => {
+                    let image = self.image(pod, name, pull_policy(container), &mut sources).await?;
+                    let rootfs = self.images.rootfs(&image, base).map_err(|e| PrepareError::Pull {
+                        image: name.clone(),
+                        message: format!("unpacking image \"{name}\": {e}"),
+                        reason: "CreateContainerError",
+                    })?;
+                    let root = Some((&image, rootfs));
+                    prepare::launch(facts, container, Path::new(""), root, &mut sources, &pod_dir, &claims_dir).await?
+                }
+            };
             launches.push(launch);
         }
-        let base = self.sandboxes.base(pod)?;
         self.sandboxes.own_volumes(pod, &pod_dir, &claims_dir, base)?;
         for (container, launch) in containers.iter().zip(&mut launches) {
             let sandboxed = self.sandboxes.prepare(pod, container, launch, facts.pod_ip, base)?;
@@ -152,6 +306,7 @@ impl Runtime {
 
     /// Forgets pod `uid` and deletes its files (claims stay).
     pub async fn remove(&self, uid: &str) {
+        self.pulls().remove(uid);
         let run = self.pods().remove(uid);
         if let Some(run) = run {
             run.stop(Duration::ZERO).await;
@@ -206,5 +361,22 @@ impl Runtime {
             .chain(status.container_statuses.iter().flatten())
             .map(|c| (c.name.clone(), c.restart_count))
             .collect()
+    }
+}
+
+/// The container's `imagePullPolicy`, defaulted as the API server defaults it: `Always` for `:latest` or no tag,
+/// else `IfNotPresent`.
+pub fn pull_policy(container: &k8s_openapi::api::core::v1::Container) -> &str {
+    if let Some(policy) = container.image_pull_policy.as_deref() {
+        return policy;
+    }
+    let image = container.image.as_deref().unwrap_or_default();
+    let last = image.rsplit('/').next().unwrap_or_default();
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    match last.split_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent",
+        _ => "Always",
     }
 }

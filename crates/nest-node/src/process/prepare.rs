@@ -28,6 +28,15 @@ pub enum PrepareError {
     /// Writing a volume failed.
     #[error("writing volume files: {0}")]
     Io(#[from] std::io::Error),
+    /// The image could not be pulled (or found, where the pull policy is `Never`).
+    #[error("{message}")]
+    Pull {
+        /// The image as the container names it.
+        image: String,
+        message: String,
+        /// `ErrImagePull`, or `ErrImageNeverPull` for an image a `Never` policy does not let the node fetch.
+        reason: &'static str,
+    },
 }
 
 impl PrepareError {
@@ -36,6 +45,7 @@ impl PrepareError {
         match self {
             PrepareError::Config(_) | PrepareError::Api(_) => "CreateContainerConfigError",
             PrepareError::Io(_) => "CreateContainerError",
+            PrepareError::Pull { reason, .. } => reason,
         }
     }
 }
@@ -52,6 +62,20 @@ pub struct Launch {
     pub mounts: Vec<VolumeMount>,
     /// The sandbox the process runs in, once [`super::Runtime`] has made it.
     pub sandbox: Option<std::sync::Arc<super::sandbox::Sandboxed>>,
+    /// The image the container runs from, when it comes from the node's image store; `program` is then a path (or a
+    /// name looked up on `PATH`) inside it. Without one, `program` is an allowlisted host executable.
+    pub image: Option<ImageRoot>,
+}
+
+/// A container's root filesystem from an image.
+#[derive(Clone, Debug)]
+pub struct ImageRoot {
+    /// The image's layers, unpacked for the pod's user range.
+    pub rootfs: PathBuf,
+    /// The image's `User` when it is numeric (`uid` or `uid:gid`): who the container runs as unless the pod says.
+    pub user: Option<(u32, Option<u32>)>,
+    /// `<registry>/<repository>@<manifest digest>`, as the kubelet reports `imageID`.
+    pub id: String,
 }
 
 /// One of a container's `volumeMounts`: where in the container, from which host directory.
@@ -127,7 +151,7 @@ impl Sources {
     }
 
     /// Secret `name` as key → bytes, or `None` when it does not exist.
-    async fn secret(&mut self, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
+    pub async fn secret(&mut self, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
         if !self.secrets.contains_key(name) {
             let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
             self.secrets.insert(name.into(), api.get_opt(name).await?);
@@ -483,6 +507,7 @@ pub async fn launch(
     facts: &PodFacts<'_>,
     container: &Container,
     program: &Path,
+    image: Option<(&crate::images::Image, PathBuf)>,
     sources: &mut Sources,
     pod_dir: &Path,
     claims_dir: &Path,
@@ -491,15 +516,70 @@ pub async fn launch(
     let mut env = environment(facts, container, sources).await?;
     let known: BTreeMap<String, String> = env.iter().cloned().collect();
     let lookup = |name: &str| known.get(name).cloned();
-    let mut args: Vec<String> = container.command.iter().flatten().skip(1).cloned().collect();
-    args.extend(container.args.iter().flatten().cloned());
-    let args = args.iter().map(|a| expand(a, lookup)).collect();
     let hostname = facts.pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| facts.pod.name_any());
     if !env.iter().any(|(k, _)| k == "HOSTNAME") {
         env.push(("HOSTNAME".into(), hostname));
     }
-    let working_dir = container.working_dir.as_deref().map(PathBuf::from);
-    Ok(Launch { program: program.to_path_buf(), args, env, working_dir, mounts, sandbox: None })
+    let mut working_dir = container.working_dir.as_deref().map(PathBuf::from);
+    let Some((image, rootfs)) = image else {
+        // An allowlisted executable stands for the image's entrypoint: the command's first word names it.
+        let mut args: Vec<String> = container.command.iter().flatten().skip(1).cloned().collect();
+        args.extend(container.args.iter().flatten().cloned());
+        let args = args.iter().map(|a| expand(a, lookup)).collect();
+        return Ok(Launch {
+            program: program.to_path_buf(),
+            args,
+            env,
+            working_dir,
+            mounts,
+            sandbox: None,
+            image: None,
+        });
+    };
+    // From an image, as the kubelet combines them: `command` replaces the entrypoint (and drops the image's `Cmd`),
+    // `args` replaces `Cmd`.
+    let config = image.config.config().clone().unwrap_or_default();
+    let entrypoint = config.entrypoint().clone().unwrap_or_default();
+    let cmd = config.cmd().clone().unwrap_or_default();
+    let mut words: Vec<String> = match (&container.command, &container.args) {
+        (Some(command), Some(args)) => command.iter().chain(args).cloned().collect(),
+        (Some(command), None) => command.clone(),
+        (None, Some(args)) => entrypoint.iter().chain(args).cloned().collect(),
+        (None, None) => entrypoint.iter().chain(&cmd).cloned().collect(),
+    };
+    if words.is_empty() {
+        return Err(PrepareError::Config(format!(
+            "container {:?}: the image {} has no entrypoint or command, and the container gives none",
+            container.name, image.reference
+        )));
+    }
+    let program = PathBuf::from(expand(&words.remove(0), lookup));
+    let args = words.iter().map(|a| expand(a, lookup)).collect();
+    // The image's environment comes first: what the pod sets wins.
+    let mut from_image: Vec<(String, String)> = config
+        .env()
+        .iter()
+        .flatten()
+        .filter_map(|pair| pair.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter(|(k, _)| !env.iter().any(|(n, _)| n == k))
+        .collect();
+    from_image.append(&mut env);
+    if working_dir.is_none() {
+        working_dir = config.working_dir().as_deref().filter(|d| !d.is_empty()).map(PathBuf::from);
+    }
+    let user = config.user().as_deref().and_then(|user| {
+        let (uid, gid) = user.split_once(':').map_or((user, None), |(u, g)| (u, Some(g)));
+        Some((uid.parse().ok()?, gid.and_then(|g| g.parse().ok())))
+    });
+    Ok(Launch {
+        program,
+        args,
+        env: from_image,
+        working_dir,
+        mounts,
+        sandbox: None,
+        image: Some(ImageRoot { rootfs, user, id: image.image_id() }),
+    })
 }
 
 #[cfg(test)]

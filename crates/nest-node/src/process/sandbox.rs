@@ -354,7 +354,7 @@ impl Sandboxes {
         let pod_context = spec.security_context.clone().unwrap_or_default();
         let context = container.security_context.clone().unwrap_or_default();
         refuse_privileges(&spec, &pod_context, &context)?;
-        let user = user(&pod_context, &context)?;
+        let user = user(&pod_context, &context, launch.image.as_ref().and_then(|i| i.user))?;
         let capabilities = capabilities(&context)?;
 
         let bundle = self.bundles.join(super::paths::name(&uid, "pod uid")?).join(name);
@@ -363,15 +363,25 @@ impl Sandboxes {
         create_dir(&bundle, 0o711)?;
         let rootfs = bundle.join("rootfs");
         let hostname = hostname(pod);
-        let mut mounts = root_filesystem(&rootfs, base, pod_ip, &hostname)?;
-        mounts.push(bind(&self.init, Path::new(INIT_PATH), true)?);
         let mut in_container = Vec::new();
-        for program in &self.programs {
-            let at = self.mount_program(program, &mut mounts)?;
-            in_container.push(at);
-        }
-        // A program of the container's own, not on the allowlist (none today), is mounted the same way.
-        let program = self.mount_program(&launch.program, &mut mounts)?;
+        let (mut mounts, program) = match &launch.image {
+            Some(image) => {
+                let mut mounts = image_filesystem(&rootfs, &image.rootfs, &bundle, base, pod_ip, &hostname)?;
+                mounts.push(bind(&self.init, Path::new(INIT_PATH), true)?);
+                (mounts, launch.program.clone())
+            }
+            None => {
+                let mut mounts = root_filesystem(&rootfs, base, pod_ip, &hostname)?;
+                mounts.push(bind(&self.init, Path::new(INIT_PATH), true)?);
+                for program in &self.programs {
+                    let at = self.mount_program(program, &mut mounts)?;
+                    in_container.push(at);
+                }
+                // A program of the container's own, not on the allowlist (none today), is mounted the same way.
+                let program = self.mount_program(&launch.program, &mut mounts)?;
+                (mounts, program)
+            }
+        };
         let mut volumes = launch.mounts.clone();
         // Parents before what is mounted beneath them.
         volumes.sort_by_key(|m| Path::new(&m.path).components().count());
@@ -671,14 +681,10 @@ fn write_public(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(0o644))
 }
 
-/// Makes the container's root filesystem at `rootfs` (owned by the container's root, host user `base`) and returns
-/// the mounts that fill it: the host's system directories read-only, a generated `/etc`, and the container's own
-/// `/proc`, `/dev` and `/tmp`.
-fn root_filesystem(rootfs: &Path, base: u32, pod_ip: &str, hostname: &str) -> Result<Vec<Mount>, PrepareError> {
-    create_dir(rootfs, 0o755)?;
-    std::os::unix::fs::lchown(rootfs, Some(base), Some(base))?;
+/// The container's own `/proc`, `/dev` (with `pts`, `shm` and `mqueue`) and `/tmp`.
+fn kernel_filesystems() -> Result<Vec<Mount>, PrepareError> {
     let options = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let mut mounts = vec![
+    Ok(vec![
         mount("proc", Path::new("proc"), Path::new("/proc"), options(&["nosuid", "noexec", "nodev"]))?,
         mount(
             "tmpfs",
@@ -705,8 +711,17 @@ fn root_filesystem(rootfs: &Path, base: u32, pod_ip: &str, hostname: &str) -> Re
             Path::new("/tmp"),
             options(&["nosuid", "nodev", "mode=1777", "size=65536k"]),
         )?,
-        bind(Path::new("/usr"), Path::new("/usr"), true)?,
-    ];
+    ])
+}
+
+/// Makes the container's root filesystem at `rootfs` (owned by the container's root, host user `base`) and returns
+/// the mounts that fill it: the host's system directories read-only, a generated `/etc`, and the container's own
+/// `/proc`, `/dev` and `/tmp`.
+fn root_filesystem(rootfs: &Path, base: u32, pod_ip: &str, hostname: &str) -> Result<Vec<Mount>, PrepareError> {
+    create_dir(rootfs, 0o755)?;
+    std::os::unix::fs::lchown(rootfs, Some(base), Some(base))?;
+    let mut mounts = kernel_filesystems()?;
+    mounts.push(bind(Path::new("/usr"), Path::new("/usr"), true)?);
     // Merged-/usr systems link these into /usr; others have them as directories of their own.
     for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
         let host = Path::new("/").join(name);
@@ -751,6 +766,54 @@ fn root_filesystem(rootfs: &Path, base: u32, pod_ip: &str, hostname: &str) -> Re
     Ok(mounts)
 }
 
+/// Makes the container's root filesystem at `rootfs` from an image's unpacked layers at `image` (read-only) and
+/// returns the mounts that fill it: each of the image's top-level directories, its top-level links, its `/etc` with
+/// the node's `hosts`, `hostname` and `resolv.conf` over it, and the container's own `/proc`, `/dev` and `/tmp`.
+fn image_filesystem(
+    rootfs: &Path,
+    image: &Path,
+    bundle: &Path,
+    base: u32,
+    pod_ip: &str,
+    hostname: &str,
+) -> Result<Vec<Mount>, PrepareError> {
+    create_dir(rootfs, 0o755)?;
+    std::os::unix::fs::lchown(rootfs, Some(base), Some(base))?;
+    let mut mounts = kernel_filesystems()?;
+    let mut entries: Vec<_> = std::fs::read_dir(image)?.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name();
+        if ["proc", "dev", "tmp", "sys"].iter().any(|n| name == *n) {
+            continue;
+        }
+        let meta = std::fs::symlink_metadata(entry.path())?;
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, rootfs.join(&name))?;
+        } else if meta.is_dir() {
+            mounts.push(bind(&entry.path(), &Path::new("/").join(&name), true)?);
+        }
+    }
+    // What the node says of the pod, over the image's own files (which unpacking made sure exist).
+    let generated = bundle.join("etc");
+    create_dir(&generated, 0o755)?;
+    let resolver = std::fs::read("/etc/resolv.conf").unwrap_or_default();
+    let files: [(&str, Vec<u8>); 3] = [
+        (
+            "hosts",
+            format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{pod_ip}\t{hostname}\n")
+                .into_bytes(),
+        ),
+        ("hostname", format!("{hostname}\n").into_bytes()),
+        ("resolv.conf", resolver),
+    ];
+    for (name, contents) in files {
+        write_public(&generated.join(name), &contents)?;
+        mounts.push(bind(&generated.join(name), &Path::new("/etc").join(name), true)?);
+    }
+    Ok(mounts)
+}
+
 /// Refuses what no sandbox here gives: privileged containers, the host's namespaces, and seccomp profiles other than
 /// `RuntimeDefault` (which every container gets).
 fn refuse_privileges(
@@ -784,14 +847,20 @@ fn refuse_privileges(
 
 /// The container's user inside its range: `runAsUser` and `runAsGroup` (the container's over the pod's, root by
 /// default), with `fsGroup` and `supplementalGroups` as further groups; `runAsNonRoot` refuses root.
-fn user(pod: &PodSecurityContext, container: &SecurityContext) -> Result<oci_spec::runtime::User, PrepareError> {
+fn user(
+    pod: &PodSecurityContext,
+    container: &SecurityContext,
+    image: Option<(u32, Option<u32>)>,
+) -> Result<oci_spec::runtime::User, PrepareError> {
     let within = |id: i64, what: &str| -> Result<u32, PrepareError> {
         u32::try_from(id).ok().filter(|id| *id < RANGE).ok_or_else(|| {
             PrepareError::Config(format!("{what} {id} is outside the container's users (0 to {})", RANGE - 1))
         })
     };
-    let uid = within(container.run_as_user.or(pod.run_as_user).unwrap_or(0), "runAsUser")?;
-    let gid = within(container.run_as_group.or(pod.run_as_group).unwrap_or(0), "runAsGroup")?;
+    let image_uid = image.map(|(uid, _)| i64::from(uid));
+    let image_gid = image.and_then(|(_, gid)| gid).map(i64::from);
+    let uid = within(container.run_as_user.or(pod.run_as_user).or(image_uid).unwrap_or(0), "runAsUser")?;
+    let gid = within(container.run_as_group.or(pod.run_as_group).or(image_gid).unwrap_or(0), "runAsGroup")?;
     if container.run_as_non_root.or(pod.run_as_non_root) == Some(true) && uid == 0 {
         return Err(PrepareError::Config("container has runAsNonRoot and image will run as root".into()));
     }
@@ -919,7 +988,7 @@ mod tests {
         let context = |value: serde_json::Value| -> SecurityContext { serde_json::from_value(value).unwrap() };
         let pod: PodSecurityContext =
             serde_json::from_value(serde_json::json!({"runAsUser": 1000, "fsGroup": 2000})).unwrap();
-        let user = user(&pod, &SecurityContext::default()).unwrap();
+        let user = user(&pod, &SecurityContext::default(), None).unwrap();
         assert_eq!((user.uid(), user.gid()), (1000, 0));
         assert_eq!(user.additional_gids().clone().unwrap(), vec![2000]);
         let own = user_of(&pod, &context(serde_json::json!({"runAsUser": 7, "runAsGroup": 8})));
@@ -928,17 +997,25 @@ mod tests {
             (serde_json::json!({"runAsUser": 65536}), "runAsUser"),
             (serde_json::json!({"runAsGroup": -1}), "runAsGroup"),
         ] {
-            let error = super::user(&PodSecurityContext::default(), &context(value)).unwrap_err().to_string();
+            let error = super::user(&PodSecurityContext::default(), &context(value), None).unwrap_err().to_string();
             assert!(error.contains(field), "{error}");
         }
-        let error = super::user(&PodSecurityContext::default(), &context(serde_json::json!({"runAsNonRoot": true})))
-            .unwrap_err()
-            .to_string();
+        let error =
+            super::user(&PodSecurityContext::default(), &context(serde_json::json!({"runAsNonRoot": true})), None)
+                .unwrap_err()
+                .to_string();
         assert!(error.contains("runAsNonRoot"), "{error}");
+        // An image's numeric user is who the container runs as unless the pod says otherwise; with it, runAsNonRoot
+        // holds.
+        let nonroot = context(serde_json::json!({"runAsNonRoot": true}));
+        let from_image = super::user(&PodSecurityContext::default(), &nonroot, Some((65532, Some(65532)))).unwrap();
+        assert_eq!((from_image.uid(), from_image.gid()), (65532, 65532));
+        let overridden = super::user(&pod, &SecurityContext::default(), Some((65532, None))).unwrap();
+        assert_eq!(overridden.uid(), 1000, "the pod's runAsUser wins over the image's");
     }
 
     fn user_of(pod: &PodSecurityContext, container: &SecurityContext) -> (u32, u32) {
-        let user = user(pod, container).unwrap();
+        let user = user(pod, container, None).unwrap();
         (user.uid(), user.gid())
     }
 

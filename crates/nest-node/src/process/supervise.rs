@@ -30,6 +30,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 struct Container {
     name: String,
     image: String,
+    /// `imageID`: the image's repository and manifest digest, or `process://<image>` for an allowlisted executable.
+    image_id: String,
     init: bool,
     restart_count: i32,
     /// `{"waiting": …}`, `{"running": …}` or `{"terminated": …}`; terminated only when it will not run again.
@@ -90,9 +92,14 @@ impl PodRun {
             .iter()
             .map(|c| (c, true))
             .chain(spec.containers.iter().map(|c| (c, false)))
-            .map(|(c, init)| Container {
+            .zip(&launches)
+            .map(|((c, init), launch)| Container {
                 name: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),
+                image_id: match &launch.image {
+                    Some(image) => image.id.clone(),
+                    None => format!("process://{}", c.image.as_deref().unwrap_or_default()),
+                },
                 init,
                 restart_count: restarts.get(&c.name).map_or(0, |n| n + i32::from(already.is_some())),
                 state: json!({"waiting": {"reason": "ContainerCreating"}}),
@@ -578,7 +585,7 @@ fn pod_status(containers: &[Container], pod_ip: &str, host_ip: &str, start_time:
     let statuses = |list: &[&Container]| -> Vec<Value> {
         list.iter()
             .map(|c| {
-                json!({"name": c.name, "image": c.image, "imageID": format!("process://{}", c.image),
+                json!({"name": c.name, "image": c.image, "imageID": c.image_id,
                        "ready": c.ready, "started": c.started, "restartCount": c.restart_count,
                        "state": c.state, "lastState": c.last_state})
             })

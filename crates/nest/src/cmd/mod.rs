@@ -7,6 +7,7 @@ pub mod controller_manager;
 pub mod crds;
 pub mod debug;
 pub mod etcd_member;
+pub mod image;
 pub mod manager;
 pub mod node;
 pub mod proxy;

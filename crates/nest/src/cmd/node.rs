@@ -63,6 +63,11 @@ pub struct Args {
     /// The OCI runtime every container of the process runtime runs in (runc, or one with its command line).
     #[arg(long, value_name = "EXECUTABLE", default_value = "runc")]
     oci_runtime: PathBuf,
+    /// A registry (`HOST` or `HOST:PORT`, `*` for any) the node pulls images it lacks from; repeatable. Registries on
+    /// this machine (loopback addresses, `localhost`) it always may, over plain HTTP as Docker does; others over
+    /// HTTPS, with a pod's `imagePullSecrets`.
+    #[arg(long, value_name = "REGISTRY")]
+    pull_from: Vec<String>,
 }
 
 /// The kubelet API's certificates for node `options`, from `--ca-dir` or `--tls-cert-file`; `ca_pem` (from the
@@ -94,6 +99,7 @@ fn options(args: &Args, i: u8) -> nest_node::Options {
     options.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
     options.process.crash_backoff = Duration::from_secs(args.crash_backoff_seconds);
     options.process.oci_runtime = args.oci_runtime.clone();
+    options.process.pull_from = args.pull_from.clone();
     if let Some(cidr) = &args.pod_cidr {
         options.pod_cidr = nth_range(cidr, i).unwrap_or_else(|| cidr.clone());
     }

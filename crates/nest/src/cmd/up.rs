@@ -29,6 +29,10 @@ pub struct Args {
     /// (`nest cluster create --pod-security`).
     #[arg(long, value_name = "LEVEL", default_value = "restricted", value_parser = super::syncer::parse_level)]
     pod_security_level: nest_syncer::tenants::PodSecurityLevel,
+    /// A registry (`HOST` or `HOST:PORT`, `*` for any) the node pulls images from, besides registries on this
+    /// machine, which it always may; repeatable (see `nest node --help`).
+    #[arg(long, value_name = "REGISTRY")]
+    pull_from: Vec<String>,
 }
 
 /// The Pod Security level of the `demo` tenant: `baseline`, so that the images people try first (`nginx`, which runs
@@ -116,6 +120,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
     let (cert, key, client_ca) =
         nest_apiserver::certs::issue_kubelet_serving(&args.data_dir.join("pki"), &node.name, &[node.address.parse()?])?;
+    node.process.pull_from = args.pull_from.clone();
     // Any free port: the API server finds it in the Node's status.
     node.kubelet = Some((nest_node::kubelet::Tls { cert, key, client_ca }, 0));
     let node = tokio::spawn(nest_node::run(client, node, until_stopped(stopped.clone())));

@@ -62,3 +62,23 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
     }
     found
 }
+
+/// Waits for `nest up`'s demo tenant (in `data`) to be Ready and writes its admin kubeconfig into `cache`; returns
+/// the file, as a tenant admin would get it with `nest cluster kubeconfig demo`.
+pub fn demo_tenant(data: &Path, cache: &Path) -> std::path::PathBuf {
+    let admin = data.join("admin.kubeconfig");
+    // The provider's CRDs and the demo tenant come a moment after nest up prints its instructions.
+    super::eventually(120, "the demo tenant Ready", || {
+        let args = ["wait", "nestedcontrolplane/demo", "--for=condition=Ready", "--timeout=10s"];
+        kubectl(&admin, cache, &args).status.success()
+    });
+    let demo = cache.join("demo.kubeconfig");
+    let written = Command::new(env!("CARGO_BIN_EXE_nest"))
+        .args(["cluster", "kubeconfig", "demo"])
+        .env("KUBECONFIG", &admin)
+        .output()
+        .unwrap();
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    std::fs::write(&demo, &written.stdout).unwrap();
+    demo
+}

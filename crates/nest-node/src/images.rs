@@ -1,0 +1,689 @@
+//! The node's image store: one OCI image layout (`oci-layout`, `index.json`, `blobs/sha256/…`) under
+//! `<data>/images`, each image named in the index by its full reference (`org.opencontainers.image.ref.name`, as
+//! `docker.io/library/busybox:1.36`). Images come in three ways: [`Store::import`] of an OCI archive (a tar of a
+//! layout, as `nest image build` writes and `skopeo copy … oci-archive:` does), [`Store::pull`] from a registry
+//! (Docker Registry HTTP API v2 with its token auth, through [oci-client](https://docs.rs/oci-client); every blob's
+//! digest checked), and nothing else. Blobs are shared by every image that has them.
+//!
+//! A container's root filesystem is its image's layers unpacked once per image and namespace user range
+//! ([`Store::rootfs`]), owned by the range's users (a file of the image's user 1000 belongs to host user
+//! `base + 1000`), and mounted read-only. Unpacking keeps every path beneath the root (no absolute paths, no `..`,
+//! no writing through a link the image made), and applies OCI whiteouts.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write as _};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType};
+use sha2::Digest as _;
+
+/// The index annotation naming an image.
+pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+/// The most a manifest, an index or a config may be: they are read whole.
+const MOST_METADATA: u64 = 4 << 20;
+
+/// A failure of the store, worded for a container's waiting message.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The reference does not parse.
+    #[error("invalid image reference {0:?}: {1}")]
+    Reference(String, String),
+    /// The registry refused or failed, or was not reached.
+    #[error("{0}")]
+    Registry(String),
+    /// What the store holds or was given is not a valid image.
+    #[error("{0}")]
+    Invalid(String),
+    /// Reading or writing the store.
+    #[error("image store: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// An image the store holds.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// The full reference it was found under.
+    pub reference: String,
+    /// The digest of its manifest: the container status's `imageID`.
+    pub id: String,
+    pub config: ImageConfiguration,
+    pub layers: Vec<Descriptor>,
+}
+
+impl Image {
+    /// `<registry>/<repository>@<manifest digest>`: what the kubelet reports as a container's `imageID`.
+    pub fn image_id(&self) -> String {
+        let repository = match self.reference.parse::<oci_client::Reference>() {
+            Ok(parsed) => format!("{}/{}", parsed.registry(), parsed.repository()),
+            Err(_) => self.reference.clone(),
+        };
+        format!("{repository}@{}", self.id)
+    }
+}
+
+/// The full form of `reference` (registry, repository, tag or digest), as the store names images; `busybox` is
+/// `docker.io/library/busybox:latest`.
+pub fn normalize(reference: &str) -> Result<String, ImageError> {
+    let parsed: oci_client::Reference = reference
+        .parse()
+        .map_err(|e: oci_client::ParseError| ImageError::Reference(reference.into(), e.to_string()))?;
+    Ok(parsed.whole())
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+/// A descriptor of `size` bytes of `media_type` with `digest`.
+fn descriptor(media_type: MediaType, size: u64, digest: &str) -> Result<Descriptor, ImageError> {
+    let digest: oci_spec::image::Digest =
+        digest.parse().map_err(|e: oci_spec::OciSpecError| ImageError::Invalid(format!("{digest}: {e}")))?;
+    Ok(Descriptor::new(media_type, size, digest))
+}
+
+/// The node's image store.
+pub struct Store {
+    dir: PathBuf,
+    /// Held while `index.json` is read and rewritten, and while a root filesystem is unpacked.
+    lock: Mutex<()>,
+}
+
+impl Store {
+    /// The store in `dir`, made empty when it does not exist.
+    pub fn open(dir: &Path) -> Result<Store, ImageError> {
+        std::fs::create_dir_all(dir.join("blobs/sha256"))?;
+        std::fs::create_dir_all(dir.join("rootfs"))?;
+        if !dir.join("oci-layout").exists() {
+            std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        }
+        if !dir.join("index.json").exists() {
+            std::fs::write(dir.join("index.json"), br#"{"schemaVersion":2,"manifests":[]}"#)?;
+        }
+        Ok(Store { dir: dir.to_path_buf(), lock: Mutex::new(()) })
+    }
+
+    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn blob_path(&self, digest: &str) -> Result<PathBuf, ImageError> {
+        let hex = digest.strip_prefix("sha256:").filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+        let hex = hex.ok_or_else(|| ImageError::Invalid(format!("unsupported digest {digest:?}")))?;
+        Ok(self.dir.join("blobs/sha256").join(hex.to_ascii_lowercase()))
+    }
+
+    /// Whether the store holds the blob `digest`.
+    pub fn has_blob(&self, digest: &str) -> bool {
+        self.blob_path(digest).is_ok_and(|p| p.is_file())
+    }
+
+    /// A blob that is metadata (a manifest, an index, a config), read whole.
+    fn metadata_blob(&self, digest: &str) -> Result<Vec<u8>, ImageError> {
+        let mut bytes = Vec::new();
+        std::fs::File::open(self.blob_path(digest)?)?.take(MOST_METADATA).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Adds `bytes` as a blob; returns its digest.
+    pub fn put_blob(&self, bytes: &[u8]) -> Result<String, ImageError> {
+        let digest = digest_of(bytes);
+        let path = self.blob_path(&digest)?;
+        if !path.exists() {
+            let temporary = path.with_extension(format!("part-{}", std::process::id()));
+            std::fs::write(&temporary, bytes)?;
+            std::fs::rename(&temporary, &path)?;
+        }
+        Ok(digest)
+    }
+
+    /// Takes the file `temporary` in as the blob `digest`, once its content is checked to be that digest.
+    fn adopt_blob(&self, temporary: &Path, digest: &str) -> Result<(), ImageError> {
+        let path = self.blob_path(digest)?;
+        let mut hasher = sha2::Sha256::new();
+        let mut file = std::fs::File::open(temporary)?;
+        let mut chunk = vec![0u8; 1 << 16];
+        loop {
+            let read = file.read(&mut chunk)?;
+            if read == 0 {
+                break;
+            }
+            hasher.update(&chunk[..read]);
+        }
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != digest {
+            let _ = std::fs::remove_file(temporary);
+            return Err(ImageError::Invalid(format!("blob {digest} has digest {actual}")));
+        }
+        std::fs::rename(temporary, &path)?;
+        Ok(())
+    }
+
+    fn read_index(&self) -> Result<ImageIndex, ImageError> {
+        let text = std::fs::read(self.dir.join("index.json"))?;
+        serde_json::from_slice(&text).map_err(|e| ImageError::Invalid(format!("index.json: {e}")))
+    }
+
+    /// Names the manifest `manifest` `reference` (a full reference), replacing what had that name.
+    pub fn tag(&self, reference: &str, manifest: &Descriptor) -> Result<(), ImageError> {
+        let _guard = self.guard();
+        let mut index = self.read_index()?;
+        let mut entries: Vec<Descriptor> = index
+            .manifests()
+            .iter()
+            .filter(|d| d.annotations().as_ref().and_then(|a| a.get(REF_NAME)).map(String::as_str) != Some(reference))
+            .cloned()
+            .collect();
+        let mut named = manifest.clone();
+        let mut annotations = named.annotations().clone().unwrap_or_default();
+        annotations.insert(REF_NAME.to_string(), reference.to_string());
+        named.set_annotations(Some(annotations));
+        entries.push(named);
+        index.set_manifests(entries);
+        let text = serde_json::to_vec(&index).map_err(|e| ImageError::Invalid(e.to_string()))?;
+        let temporary = self.dir.join(format!("index.json.part-{}", std::process::id()));
+        std::fs::write(&temporary, text)?;
+        std::fs::rename(&temporary, self.dir.join("index.json"))?;
+        Ok(())
+    }
+
+    /// The image named `reference` (any form [`normalize`] takes), if the store holds it and all its blobs. A
+    /// reference with a digest is found by that digest in the same repository.
+    pub fn lookup(&self, reference: &str) -> Option<Image> {
+        let whole = normalize(reference).ok()?;
+        let parsed: oci_client::Reference = whole.parse().ok()?;
+        let index = self.read_index().ok()?;
+        let found = index.manifests().iter().find(|d| {
+            let name = d.annotations().as_ref().and_then(|a| a.get(REF_NAME)).cloned().unwrap_or_default();
+            match parsed.digest() {
+                Some(digest) => {
+                    d.digest().to_string() == digest
+                        && name
+                            .parse::<oci_client::Reference>()
+                            .is_ok_and(|n| n.registry() == parsed.registry() && n.repository() == parsed.repository())
+                }
+                None => name == whole,
+            }
+        })?;
+        self.image(&whole, found.digest().as_ref()).ok()
+    }
+
+    fn image(&self, reference: &str, manifest_digest: &str) -> Result<Image, ImageError> {
+        let manifest: ImageManifest = serde_json::from_slice(&self.metadata_blob(manifest_digest)?)
+            .map_err(|e| ImageError::Invalid(format!("manifest {manifest_digest}: {e}")))?;
+        let config_digest = manifest.config().digest().to_string();
+        let config: ImageConfiguration = serde_json::from_slice(&self.metadata_blob(&config_digest)?)
+            .map_err(|e| ImageError::Invalid(format!("config {config_digest}: {e}")))?;
+        if let Some(missing) = manifest.layers().iter().find(|l| !self.has_blob(l.digest().as_ref())) {
+            return Err(ImageError::Invalid(format!("layer {} is missing", missing.digest())));
+        }
+        Ok(Image {
+            reference: reference.to_string(),
+            id: manifest_digest.to_string(),
+            config,
+            layers: manifest.layers().clone(),
+        })
+    }
+
+    /// Adds every image of the OCI archive `archive` (a tar of an OCI image layout); returns their references.
+    /// Each blob is checked against its digest, and an image is named only once all its blobs are in.
+    pub fn import(&self, archive: &Path) -> Result<Vec<String>, ImageError> {
+        let mut index: Option<ImageIndex> = None;
+        let mut tar = tar::Archive::new(std::fs::File::open(archive)?);
+        for entry in tar.entries()? {
+            let mut entry = entry?;
+            let path = entry.path()?.into_owned();
+            let parts: Vec<String> = path
+                .components()
+                .filter_map(|c| match c {
+                    Component::Normal(part) => Some(part.to_string_lossy().into_owned()),
+                    _ => None,
+                })
+                .collect();
+            match parts.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                ["index.json"] => {
+                    let mut text = Vec::new();
+                    (&mut entry).take(MOST_METADATA).read_to_end(&mut text)?;
+                    index = Some(
+                        serde_json::from_slice(&text).map_err(|e| ImageError::Invalid(format!("index.json: {e}")))?,
+                    );
+                }
+                ["blobs", algorithm, hex] if entry.header().entry_type().is_file() => {
+                    let digest = format!("{algorithm}:{hex}");
+                    let target = self.blob_path(&digest)?;
+                    if target.exists() {
+                        continue;
+                    }
+                    let temporary = target.with_extension(format!("part-{}", std::process::id()));
+                    std::io::copy(&mut entry, &mut std::fs::File::create(&temporary)?)?;
+                    self.adopt_blob(&temporary, &digest)?;
+                }
+                _ => {}
+            }
+        }
+        let index = index.ok_or_else(|| ImageError::Invalid("the archive has no index.json".into()))?;
+        let mut references = Vec::new();
+        for manifest in index.manifests() {
+            let Some(name) = manifest.annotations().as_ref().and_then(|a| a.get(REF_NAME)) else { continue };
+            let whole = normalize(name)?;
+            self.image(&whole, manifest.digest().as_ref())?;
+            self.tag(&whole, manifest)?;
+            references.push(whole);
+        }
+        if references.is_empty() {
+            return Err(ImageError::Invalid(
+                "the archive names no image (no org.opencontainers.image.ref.name)".into(),
+            ));
+        }
+        Ok(references)
+    }
+
+    /// Pulls `reference` from its registry into the store (blobs it holds already are not fetched again); returns
+    /// the image. `insecure` registries are spoken to over plain HTTP.
+    pub async fn pull(&self, reference: &str, auth: &Auth, insecure: &[String]) -> Result<Image, ImageError> {
+        let whole = normalize(reference)?;
+        let parsed: oci_client::Reference = whole
+            .parse()
+            .map_err(|e: oci_client::ParseError| ImageError::Reference(reference.into(), e.to_string()))?;
+        let client = registry_client(insecure);
+        let auth = auth.for_registry(parsed.resolve_registry());
+        let registry = |e: oci_client::errors::OciDistributionError| ImageError::Registry(e.to_string());
+        let accepted = [
+            oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+            oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+            oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
+            oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+        ];
+        let (mut bytes, mut digest) = client.pull_manifest_raw(&parsed, &auth, &accepted).await.map_err(registry)?;
+        if let Some(wanted) = parsed.digest()
+            && wanted != digest
+        {
+            return Err(ImageError::Registry(format!("manifest digest {digest} is not the {wanted} asked for")));
+        }
+        // An index: the manifest for this machine's platform.
+        if let Ok(index) = serde_json::from_slice::<ImageIndex>(&bytes)
+            && index.manifests().iter().any(|m| m.media_type() == &MediaType::ImageManifest || m.platform().is_some())
+        {
+            let arch = match std::env::consts::ARCH {
+                "x86_64" => "amd64",
+                "aarch64" => "arm64",
+                other => other,
+            };
+            let chosen = index
+                .manifests()
+                .iter()
+                .find(|m| {
+                    m.platform()
+                        .as_ref()
+                        .is_some_and(|p| p.os().to_string() == "linux" && p.architecture().to_string() == arch)
+                })
+                .ok_or_else(|| ImageError::Registry(format!("{whole}: no image for linux/{arch}")))?;
+            let by_digest = oci_client::Reference::with_digest(
+                parsed.registry().to_string(),
+                parsed.repository().to_string(),
+                chosen.digest().to_string(),
+            );
+            (bytes, digest) = client.pull_manifest_raw(&by_digest, &auth, &accepted).await.map_err(registry)?;
+        }
+        if digest_of(&bytes) != digest {
+            return Err(ImageError::Registry(format!("the manifest's content is not its digest {digest}")));
+        }
+        let manifest: ImageManifest =
+            serde_json::from_slice(&bytes).map_err(|e| ImageError::Invalid(format!("manifest of {whole}: {e}")))?;
+        for blob in std::iter::once(manifest.config()).chain(manifest.layers()) {
+            let blob_digest = blob.digest().to_string();
+            if self.has_blob(&blob_digest) {
+                continue;
+            }
+            let target = self.blob_path(&blob_digest)?;
+            let temporary = target.with_extension(format!("part-{}", std::process::id()));
+            let file = tokio::fs::File::create(&temporary).await?;
+            let descriptor = oci_client::manifest::OciDescriptor {
+                media_type: blob.media_type().to_string(),
+                digest: blob_digest.clone(),
+                size: blob.size() as i64,
+                ..Default::default()
+            };
+            if let Err(error) = client.pull_blob(&parsed, &descriptor, file).await {
+                let _ = std::fs::remove_file(&temporary);
+                return Err(registry(error));
+            }
+            self.adopt_blob(&temporary, &blob_digest)?;
+        }
+        let manifest_digest = self.put_blob(&bytes)?;
+        let descriptor = descriptor(MediaType::ImageManifest, bytes.len() as u64, &manifest_digest)?;
+        let image = self.image(&whole, &manifest_digest)?;
+        self.tag(&whole, &descriptor)?;
+        Ok(image)
+    }
+
+    /// The root filesystem of `image` for containers of the user range starting at `base`: its layers unpacked in
+    /// order once (whiteouts applied, every path beneath the root), owned by the range's users. The files the node
+    /// mounts over (`/etc/hosts`, `/etc/hostname`, `/etc/resolv.conf`) exist in it.
+    pub fn rootfs(&self, image: &Image, base: u32) -> Result<PathBuf, ImageError> {
+        let hex = image.id.trim_start_matches("sha256:");
+        let target = self.dir.join("rootfs").join(format!("{hex}-{base}"));
+        let _guard = self.guard();
+        if target.is_dir() {
+            return Ok(target);
+        }
+        let temporary = self.dir.join("rootfs").join(format!(".{hex}-{base}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&temporary);
+        std::fs::create_dir(&temporary)?;
+        for layer in &image.layers {
+            let file = std::fs::File::open(self.blob_path(layer.digest().as_ref())?)?;
+            let reader: Box<dyn Read> = if layer.media_type().to_string().ends_with("gzip") {
+                Box::new(flate2::read::GzDecoder::new(file))
+            } else {
+                Box::new(file)
+            };
+            unpack_layer(reader, &temporary, base)?;
+        }
+        for dir in ["etc", "proc", "dev", "tmp", "sys"] {
+            let path = temporary.join(dir);
+            if std::fs::symlink_metadata(&path).is_err() {
+                std::fs::create_dir(&path)?;
+                std::os::unix::fs::lchown(&path, Some(base), Some(base))?;
+            }
+        }
+        for file in ["etc/hosts", "etc/hostname", "etc/resolv.conf"] {
+            let path = temporary.join(file);
+            if std::fs::symlink_metadata(&path).is_err() {
+                std::fs::File::create(&path)?;
+            }
+        }
+        std::os::unix::fs::lchown(&temporary, Some(base), Some(base))?;
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&temporary, &target)?;
+        Ok(target)
+    }
+}
+
+/// Unpacks one layer into `root`: entries beneath it only, OCI whiteouts applied, owners moved into the range at
+/// `base`.
+fn unpack_layer(reader: impl Read, root: &Path, base: u32) -> Result<(), ImageError> {
+    let mut archive = tar::Archive::new(reader);
+    archive.set_preserve_permissions(true);
+    archive.set_preserve_ownerships(false);
+    archive.set_unpack_xattrs(false);
+    archive.set_overwrite(true);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        let Some(relative) = beneath(&path) else { continue };
+        let name = relative.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if let Some(hidden) = name.strip_prefix(".wh.") {
+            // `.wh...` would name the parent's parent.
+            if hidden.is_empty() || hidden == "." || hidden == ".." {
+                continue;
+            }
+            let parent = root.join(relative.parent().unwrap_or(Path::new("")));
+            if !resolved_inside(root, &parent) {
+                continue;
+            }
+            if hidden == ".wh..opq" {
+                for child in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+                    remove(&child.path())?;
+                }
+            } else {
+                remove(&parent.join(hidden))?;
+            }
+            continue;
+        }
+        let (uid, gid) = (entry.header().uid().unwrap_or(0), entry.header().gid().unwrap_or(0));
+        let shift =
+            |id: u64| base + u32::try_from(id).ok().filter(|id| *id < super::process::sandbox::RANGE).unwrap_or(65534);
+        if entry.unpack_in(root)? {
+            let _ = std::os::unix::fs::lchown(root.join(&relative), Some(shift(uid)), Some(shift(gid)));
+        }
+    }
+    Ok(())
+}
+
+/// `path` as a relative path of plain components, or `None` when it climbs out.
+fn beneath(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir | Component::RootDir => {}
+            Component::ParentDir | Component::Prefix(_) => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+/// Whether `path`, with every link in it followed, is beneath `root`.
+fn resolved_inside(root: &Path, path: &Path) -> bool {
+    match (std::fs::canonicalize(root), std::fs::canonicalize(path)) {
+        (Ok(root), Ok(path)) => path.starts_with(root),
+        _ => false,
+    }
+}
+
+fn remove(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(_) => Ok(()),
+    }
+}
+
+/// A client for registries, speaking plain HTTP to `insecure` ones (`host:port`).
+fn registry_client(insecure: &[String]) -> oci_client::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = oci_client::client::ClientConfig {
+        protocol: oci_client::client::ClientProtocol::HttpsExcept(insecure.to_vec()),
+        ..Default::default()
+    };
+    oci_client::Client::new(config)
+}
+
+/// Credentials for registries, by registry host, as `imagePullSecrets` give them.
+#[derive(Clone, Debug, Default)]
+pub struct Auth(BTreeMap<String, (String, String)>);
+
+impl Auth {
+    /// The credentials of a `kubernetes.io/dockerconfigjson` Secret's `.dockerconfigjson` (or a
+    /// `kubernetes.io/dockercfg` Secret's `.dockercfg`), added to these.
+    pub fn add_docker_config(&mut self, json: &[u8]) {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(json) else { return };
+        let auths = value.get("auths").unwrap_or(&value);
+        for (registry, entry) in auths.as_object().into_iter().flatten() {
+            let host = registry.trim_start_matches("https://").trim_start_matches("http://");
+            let host = host.split('/').next().unwrap_or_default().to_string();
+            let pair = match (entry["username"].as_str(), entry["password"].as_str()) {
+                (Some(user), Some(password)) => Some((user.to_string(), password.to_string())),
+                _ => entry["auth"]
+                    .as_str()
+                    .and_then(nest_core::base64::decode)
+                    .and_then(|raw| String::from_utf8(raw).ok())
+                    .and_then(|text| text.split_once(':').map(|(u, p)| (u.to_string(), p.to_string()))),
+            };
+            if let Some(pair) = pair {
+                self.0.entry(host).or_insert(pair);
+            }
+        }
+    }
+
+    fn for_registry(&self, registry: &str) -> oci_client::secrets::RegistryAuth {
+        let docker_hub = ["index.docker.io", "docker.io", "registry-1.docker.io"];
+        let found = self.0.get(registry).or_else(|| {
+            docker_hub.contains(&registry).then(|| docker_hub.iter().find_map(|h| self.0.get(*h))).flatten()
+        });
+        match found {
+            Some((user, password)) => oci_client::secrets::RegistryAuth::Basic(user.clone(), password.clone()),
+            None => oci_client::secrets::RegistryAuth::Anonymous,
+        }
+    }
+}
+
+/// Writes an OCI archive (a tar of an OCI image layout) at `out` holding one image named `reference`: `layer` (an
+/// uncompressed tar) and `config`. Returns the manifest's digest.
+pub fn write_archive(
+    out: &Path,
+    reference: &str,
+    config: &ImageConfiguration,
+    layer: &[u8],
+) -> Result<String, ImageError> {
+    let whole = normalize(reference)?;
+    let invalid = |e: oci_spec::OciSpecError| ImageError::Invalid(e.to_string());
+    let config_bytes = serde_json::to_vec(config).map_err(|e| ImageError::Invalid(e.to_string()))?;
+    let config_descriptor = descriptor(MediaType::ImageConfig, config_bytes.len() as u64, &digest_of(&config_bytes))?;
+    let layer_descriptor = descriptor(MediaType::ImageLayer, layer.len() as u64, &digest_of(layer))?;
+    let manifest = oci_spec::image::ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(config_descriptor)
+        .layers(vec![layer_descriptor])
+        .build()
+        .map_err(invalid)?;
+    let manifest_bytes = serde_json::to_vec(&manifest).map_err(|e| ImageError::Invalid(e.to_string()))?;
+    let manifest_digest = digest_of(&manifest_bytes);
+    let mut named = descriptor(MediaType::ImageManifest, manifest_bytes.len() as u64, &manifest_digest)?;
+    named.set_annotations(Some([(REF_NAME.to_string(), whole)].into_iter().collect()));
+    let index = oci_spec::image::ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![named])
+        .build()
+        .map_err(invalid)?;
+    let index_bytes = serde_json::to_vec(&index).map_err(|e| ImageError::Invalid(e.to_string()))?;
+    let mut tar = tar::Builder::new(std::io::BufWriter::new(std::fs::File::create(out)?));
+    let mut add = |path: &str, bytes: &[u8]| -> std::io::Result<()> {
+        let mut header = tar::Header::new_ustar();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut header, path, bytes)
+    };
+    add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    add("index.json", &index_bytes)?;
+    for bytes in [&manifest_bytes[..], &config_bytes[..], layer] {
+        add(&format!("blobs/sha256/{}", digest_of(bytes).trim_start_matches("sha256:")), bytes)?;
+    }
+    tar.into_inner()?.flush()?;
+    Ok(manifest_digest)
+}
+
+/// Pushes the images of the OCI archive `archive` to `reference` (one image: the archive's first) over a
+/// registry's API; `insecure` registries over plain HTTP. Returns the manifest's digest.
+pub async fn push(archive: &Path, reference: &str, insecure: &[String]) -> Result<String, ImageError> {
+    let scratch = tempfile::tempdir()?;
+    let store = Store::open(scratch.path())?;
+    let references = store.import(archive)?;
+    let image = store.lookup(&references[0]).ok_or_else(|| ImageError::Invalid("the archive's image".into()))?;
+    let whole = normalize(reference)?;
+    let target: oci_client::Reference =
+        whole.parse().map_err(|e: oci_client::ParseError| ImageError::Reference(reference.into(), e.to_string()))?;
+    let client = registry_client(insecure);
+    let registry = |e: oci_client::errors::OciDistributionError| ImageError::Registry(e.to_string());
+    client
+        .auth(&target, &oci_client::secrets::RegistryAuth::Anonymous, oci_client::RegistryOperation::Push)
+        .await
+        .map_err(registry)?;
+    let manifest_bytes = store.metadata_blob(&image.id)?;
+    let manifest: ImageManifest =
+        serde_json::from_slice(&manifest_bytes).map_err(|e| ImageError::Invalid(e.to_string()))?;
+    for blob in std::iter::once(manifest.config()).chain(manifest.layers()) {
+        let digest = blob.digest().to_string();
+        let bytes = std::fs::read(store.blob_path(&digest)?)?;
+        client.push_blob(&target, bytes, &digest).await.map_err(registry)?;
+    }
+    let content_type = http::HeaderValue::from_static(oci_client::manifest::OCI_IMAGE_MEDIA_TYPE);
+    client.push_manifest_raw(&target, manifest_bytes, content_type).await.map_err(registry)?;
+    Ok(image.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer of raw entries (name, kind, link target, content), names written as given, as an attacker would.
+    fn layer(entries: &[(&str, tar::EntryType, &str, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, kind, link, content) in entries {
+            let mut header = tar::Header::new_gnu();
+            let bytes = name.as_bytes();
+            header.as_gnu_mut().unwrap().name[..bytes.len()].copy_from_slice(bytes);
+            header.set_entry_type(*kind);
+            header.set_mode(0o755);
+            header.set_size(content.len() as u64);
+            if !link.is_empty() {
+                header.set_link_name(link).unwrap();
+            }
+            header.set_cksum();
+            builder.append(&header, *content).unwrap();
+        }
+        builder.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_layer_cannot_write_or_remove_outside_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("keep"), b"mine").unwrap();
+        let target = outside.to_str().unwrap();
+        let hostile = layer(&[
+            ("../escaped", tar::EntryType::Regular, "", b"x"),
+            ("/absolute", tar::EntryType::Regular, "", b"x"),
+            ("link", tar::EntryType::Symlink, target, b""),
+            ("link/through", tar::EntryType::Regular, "", b"x"),
+            ("hard", tar::EntryType::Link, "../outside/keep", b""),
+            ("link/.wh.keep", tar::EntryType::Regular, "", b""),
+            (".wh...", tar::EntryType::Regular, "", b""),
+            ("sub/.wh...", tar::EntryType::Regular, "", b""),
+        ]);
+        let _ = unpack_layer(&hostile[..], &root, 1 << 20);
+        assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"mine", "a whiteout removed a file outside");
+        let mut outside_now: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().map(|e| e.file_name()).collect();
+        outside_now.sort();
+        assert_eq!(outside_now, ["keep"], "a layer wrote outside its root");
+        assert!(!dir.path().join("escaped").exists() && !Path::new("/absolute").exists());
+        assert!(root.exists(), "a whiteout removed the root itself");
+        use std::os::unix::fs::MetadataExt as _;
+        let kept = std::fs::metadata(outside.join("keep")).unwrap();
+        assert_eq!(kept.nlink(), 1, "a hard link inside the root reaches a file outside");
+        assert_eq!(kept.uid(), 0, "a file outside was given to the range's users");
+        // What it may do, it did: `/absolute` lands inside, as `absolute`.
+        assert!(root.join("absolute").is_file());
+    }
+
+    #[test]
+    fn whiteouts_remove_what_lower_layers_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let lower = layer(&[
+            ("etc/", tar::EntryType::Directory, "", b""),
+            ("etc/gone", tar::EntryType::Regular, "", b"x"),
+            ("var/", tar::EntryType::Directory, "", b""),
+            ("var/a", tar::EntryType::Regular, "", b"x"),
+            ("var/b", tar::EntryType::Regular, "", b"x"),
+        ]);
+        let upper = layer(&[
+            ("etc/.wh.gone", tar::EntryType::Regular, "", b""),
+            ("var/.wh..wh..opq", tar::EntryType::Regular, "", b""),
+            ("var/c", tar::EntryType::Regular, "", b"x"),
+        ]);
+        unpack_layer(&lower[..], dir.path(), 1 << 20).unwrap();
+        unpack_layer(&upper[..], dir.path(), 1 << 20).unwrap();
+        assert!(!dir.path().join("etc/gone").exists());
+        let mut var: Vec<_> =
+            std::fs::read_dir(dir.path().join("var")).unwrap().flatten().map(|e| e.file_name()).collect();
+        var.sort();
+        assert_eq!(var, ["c"]);
+    }
+
+    #[test]
+    fn references_are_named_in_full() {
+        assert_eq!(normalize("busybox").unwrap(), "docker.io/library/busybox:latest");
+        assert_eq!(normalize("127.0.0.1:5000/tools/echo:v1").unwrap(), "127.0.0.1:5000/tools/echo:v1");
+        assert!(normalize("not an image").is_err() && normalize("x:").is_err());
+    }
+}

@@ -1,0 +1,210 @@
+//! Images (issue 17), on `nest up` through its demo tenant as the tenant's admin would use them: nest's own image,
+//! built with `nest image build` and pushed to a real registry on loopback (Debian's `docker-registry`, which
+//! scripts/check installs), is pulled by the node and runs the README's echo example from its own root filesystem;
+//! a digest the registry does not have and a registry nobody serves give `ErrImagePull`, then `ImagePullBackOff`,
+//! with the kubelet's Events.
+//!
+//! Its own test binary: `nest up`'s node has fixed addresses, so no other `nest up` may run beside it.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command};
+
+use common::eventually;
+use common::up::{demo_tenant, kubectl, processes_with, stop, up};
+
+/// A registry server on a free loopback port, storing in `dir`; stopped when dropped.
+struct Registry {
+    child: Child,
+    address: String,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn registry(dir: &Path) -> Registry {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let config = dir.join("config.yml");
+    let storage = dir.join("storage");
+    std::fs::write(
+        &config,
+        format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n",
+            storage.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("docker-registry (Debian's package docker-registry; scripts/check installs it)");
+    let registry = Registry { child, address };
+    eventually(30, "the registry serving", || std::net::TcpStream::connect(&registry.address).is_ok());
+    registry
+}
+
+fn nest(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_nest")).args(args).output().unwrap();
+    assert!(out.status.success(), "nest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
+    let out = kubectl(kubeconfig, cache, &[args, &["-o", "json"]].concat());
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+fn waiting_reason(kubeconfig: &Path, cache: &Path, pod: &str) -> String {
+    let pod = json(kubeconfig, cache, &["get", "pod", pod]);
+    pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn nests_image_built_and_pushed_to_a_registry_is_pulled_and_runs_and_bad_references_back_off() {
+    let work = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let registry = registry(work.path());
+    let archive = work.path().join("nest.tar");
+    let archive_path = archive.to_str().unwrap();
+    let built = nest(&["image", "build", "--output", archive_path]);
+    assert!(built.contains("sha256:"), "{built}");
+    let reference = format!("{}/tools/echo:v1", registry.address);
+    let pushed = nest(&["image", "push", archive_path, &reference]);
+    let digest = pushed.trim().rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_else(|| panic!("{pushed}"));
+
+    let data = tempfile::tempdir().unwrap();
+    let (child, _) = up(data.path());
+    let admin = data.path().join("admin.kubeconfig");
+    let demo = demo_tenant(data.path(), cache.path());
+    let wrong = format!("{}/tools/echo@sha256:{}", registry.address, "0".repeat(64));
+    let manifest = format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: echo}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: echo}}}}
+  template:
+    metadata: {{labels: {{app: echo}}}}
+    spec:
+      containers:
+      - name: echo
+        image: {reference}
+        args: [debug, http-echo, --listen, "$(POD_IP):8080"]
+        env: [{{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: wrong-digest}}
+spec:
+  containers: [{{name: main, image: "{wrong}", args: [debug, http-echo]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: no-registry}}
+spec:
+  containers: [{{name: main, image: "127.0.0.1:1/tools/echo:v1", args: [debug, http-echo]}}]
+"#
+    );
+    let file = cache.path().join("pods.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let applied = kubectl(&demo, cache.path(), &["apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+
+    // The echo example runs from the pulled image: the tenant sees it Running with the image's digest as imageID.
+    let running = || {
+        let pods = json(&demo, cache.path(), &["get", "pods", "-l", "app=echo"]);
+        pods["items"][0]["status"]["containerStatuses"][0]["state"]["running"].is_object()
+    };
+    eventually(120, "the echo pod Running", running);
+    let pods = json(&demo, cache.path(), &["get", "pods", "-l", "app=echo"]);
+    let pod = &pods["items"][0];
+    let image_id = pod["status"]["containerStatuses"][0]["imageID"].as_str().unwrap_or_default();
+    assert_eq!(image_id, format!("{}/tools/echo@{digest}", registry.address), "{pod}");
+    let address = format!("{}:8080", pod["status"]["podIP"].as_str().unwrap());
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    let answer = eventually_get(&address, "/hello");
+    assert!(answer.contains("/hello"), "{answer}");
+    let logs = kubectl(&demo, cache.path(), &["logs", &name]);
+    assert!(logs.status.success(), "{}", String::from_utf8_lossy(&logs.stderr));
+    // Its process's root is the image's, not the host's: nest at /usr/local/bin and the image's own /etc/passwd.
+    let marker = format!("--listen {address}");
+    let pids = processes_with(&marker);
+    assert_eq!(pids.len(), 1, "echo's processes: {pids:?}");
+    let root = Path::new("/proc").join(pids[0].to_string()).join("root");
+    assert!(root.join("usr/local/bin/nest").is_file(), "no nest in the container's /usr/local/bin");
+    let passwd = std::fs::read_to_string(root.join("etc/passwd")).unwrap();
+    assert!(passwd.contains("nonroot:x:65532"), "{passwd}");
+    assert!(!root.join("etc/shadow").exists(), "the host's /etc reached the container");
+    let status = std::fs::read_to_string(Path::new("/proc").join(pids[0].to_string()).join("status")).unwrap();
+    let uid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(uid % 65536, 65532, "the image's user is who the container runs as: {status}");
+
+    // A digest the registry does not have, and a registry nobody serves: ErrImagePull, then ImagePullBackOff.
+    // The container's waiting reason goes from ErrImagePull (a moment, after each try) to ImagePullBackOff (until
+    // the next try); the kubelet's Events tell both.
+    for pod in ["wrong-digest", "no-registry"] {
+        eventually(60, &format!("{pod} ImagePullBackOff"), || {
+            waiting_reason(&demo, cache.path(), pod) == "ImagePullBackOff"
+        });
+        let phase = json(&demo, cache.path(), &["get", "pod", pod])["status"]["phase"].clone();
+        assert_eq!(phase, "Pending");
+        let told = |reason: &str, starts: &str| {
+            let selector = format!("involvedObject.name={pod}");
+            let events = json(&demo, cache.path(), &["get", "events", "--field-selector", &selector]);
+            events["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.starts_with(starts)))
+        };
+        eventually(60, &format!("{pod}'s Events"), || {
+            told("Failed", "Failed to pull image")
+                && told("Failed", "Error: ErrImagePull")
+                && told("BackOff", "Back-off pulling image")
+                && told("Failed", "Error: ImagePullBackOff")
+        });
+    }
+    // Nothing was pulled for them.
+    let images = nest(&["image", "list", "--data-dir", data.path().join("nodes/nest-node-0").to_str().unwrap()]);
+    assert_eq!(images.lines().count(), 1, "{images}");
+    assert!(images.contains(&reference), "{images}");
+
+    let _ = admin;
+    assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
+    assert!(processes_with(&marker).is_empty(), "a container outlived nest up");
+}
+
+/// `GET path` from `address`, retried for a while (the process starts listening a moment after it runs).
+fn eventually_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut answer = String::new();
+    eventually(30, &format!("an answer from {address}"), || {
+        let Ok(mut stream) = std::net::TcpStream::connect(address) else { return false };
+        let request = format!("GET {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\r\n");
+        if stream.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        answer.clear();
+        stream.read_to_string(&mut answer).is_ok() && answer.starts_with("HTTP/1.1 200")
+    });
+    answer
+}
