@@ -166,9 +166,18 @@ impl Store {
         serde_json::from_slice(&text).map_err(|e| ImageError::Invalid(format!("index.json: {e}")))
     }
 
-    /// Names the manifest `manifest` `reference` (a full reference), replacing what had that name.
+    /// Names the manifest `manifest` `reference` (a full reference), replacing what had that name. The index is
+    /// rewritten under a lock of the store's directory, so that `nest image import` and the node, two processes,
+    /// never lose each other's names.
     pub fn tag(&self, reference: &str, manifest: &Descriptor) -> Result<(), ImageError> {
         let _guard = self.guard();
+        let lock =
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(self.dir.join("index.lock"))?;
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: flock(2) on a descriptor this function owns; the lock goes when `lock` is closed.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
         let mut index = self.read_index()?;
         let mut entries: Vec<Descriptor> = index
             .manifests()

@@ -184,9 +184,29 @@ spec:
         });
     }
     // Nothing was pulled for them.
-    let images = nest(&["image", "list", "--data-dir", data.path().join("nodes/nest-node-0").to_str().unwrap()]);
+    let node_dir = data.path().join("nodes/nest-node-0");
+    let node_dir = node_dir.to_str().unwrap();
+    let images = nest(&["image", "list", "--data-dir", node_dir]);
     assert_eq!(images.lines().count(), 1, "{images}");
     assert!(images.contains(&reference), "{images}");
+
+    // An archive imported into the node's store runs from it, under the name the archive gives it.
+    let imported = nest(&["image", "import", archive_path, "--data-dir", node_dir]);
+    let name = imported.trim().to_string();
+    assert!(name.starts_with("docker.io/library/nest:"), "{imported}");
+    let tag = name.trim_start_matches("docker.io/library/");
+    let run = kubectl(
+        &demo,
+        cache.path(),
+        &["run", "imported", "--image", tag, "--", "debug", "http-echo", "--listen", "127.0.0.1:0"],
+    );
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    eventually(60, "the imported image's pod Running", || {
+        let pod = json(&demo, cache.path(), &["get", "pod", "imported"]);
+        let status = &pod["status"]["containerStatuses"][0];
+        status["state"]["running"].is_object()
+            && status["imageID"].as_str().is_some_and(|id| id.starts_with("docker.io/library/nest@sha256:"))
+    });
 
     let _ = admin;
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
