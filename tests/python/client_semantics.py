@@ -128,12 +128,18 @@ def main(kubeconfig):
     except ApiException as e:
         assert e.status == 422, e
 
-    # Not found is a 404.
+    # Not found is a 404, with kube-apiserver's exact body: Status fields in Go's order, no empty "group" for the
+    # core group, and the newline Go's encoder ends it with.
     try:
         core.read_namespaced_config_map("missing", "py")
         raise AssertionError("read of a missing object succeeded")
     except ApiException as e:
         assert e.status == 404, e
+        upstream = ('{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+                    '"message":"configmaps \\"missing\\" not found","reason":"NotFound",'
+                    '"details":{"name":"missing","kind":"configmaps"},"code":404}\n')
+        body = e.body.decode() if isinstance(e.body, bytes) else e.body
+        assert body == upstream, repr(body)
     print("python client: all checks passed")
 
 

@@ -96,7 +96,7 @@ fn text_response(text: &'static str) -> Response<Body> {
 /// The one place a request error becomes a response: a `Status` with the error's code.
 pub fn error_response(error: &ApiError) -> Response<Body> {
     let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = json_response(code, &error.to_status());
+    let mut response = json_bytes_response(code, Bytes::from(error.to_status_json()));
     if let Some(seconds) = error.details.retry_after {
         response.headers_mut().insert("retry-after", seconds.to_string().parse().expect("a header value"));
     }

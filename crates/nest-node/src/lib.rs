@@ -14,6 +14,7 @@
 
 pub mod addresses;
 pub mod allowlist;
+pub mod events;
 pub mod expand;
 pub mod images;
 pub mod kubelet;
@@ -29,7 +30,7 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Event, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -121,6 +122,7 @@ impl Options {
                 oci_runtime: "runc".into(),
                 init: nest.clone(),
                 pull_from: Vec::new(),
+                node: name.clone(),
             },
             name,
             cpu: "4".into(),
@@ -481,32 +483,15 @@ fn waiting_reason(pod: &Pod) -> Option<&str> {
 
 /// Records an Event about the pod from this node's kubelet.
 async fn event(pod: &Pod, context: &Context, type_: &str, reason: &str, message: &str) -> Result<(), kube::Error> {
-    let namespace = pod.namespace().unwrap_or_default();
-    let event = Event {
-        metadata: ObjectMeta { generate_name: Some(format!("{}.", pod.name_any())), ..Default::default() },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name_any()),
-            namespace: Some(namespace.clone()),
-            uid: pod.uid(),
-            ..Default::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        type_: Some(type_.into()),
-        source: Some(k8s_openapi::api::core::v1::EventSource {
-            component: Some("kubelet".into()),
-            host: Some(context.options.name.clone()),
-        }),
-        count: Some(1),
-        first_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now())),
-        last_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now())),
-        ..Default::default()
-    };
-    let events: Api<Event> = Api::namespaced(context.client.clone(), &namespace);
-    match events.create(&PostParams::default(), &event).await {
-        Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
-        Err(error) => Err(error),
+    events::record(&context.client, &context.options.name, &about(pod), type_, reason, message).await
+}
+
+/// The pod, as its Events name it.
+pub(crate) fn about(pod: &Pod) -> events::About {
+    events::About {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+        field_path: None,
     }
 }

@@ -212,17 +212,19 @@ impl Check {
         }
     }
 
-    /// Probes until `failureThreshold` failures in a row.
-    pub async fn until_failure(&self, target: &Target) {
+    /// Probes until `failureThreshold` failures in a row; returns what the last one said.
+    pub async fn until_failure(&self, target: &Target) -> String {
         tokio::time::sleep(self.initial_delay).await;
         let mut failed = 0;
         loop {
             match self.attempt(target).await {
                 Ok(()) => failed = 0,
-                Err(_) => failed += 1,
-            }
-            if failed >= self.failure_threshold {
-                return;
+                Err(error) => {
+                    failed += 1;
+                    if failed >= self.failure_threshold {
+                        return error;
+                    }
+                }
             }
             tokio::time::sleep(self.period).await;
         }

@@ -27,6 +27,10 @@ pub struct ResourceInfo {
     /// The subresources of this kind's own besides `status` and `scale` (a pod's `binding`, a namespace's
     /// `finalize`), as discovery lists them; the kind's strategy implements them.
     pub subresources: &'static [SubresourceInfo],
+    /// The `status` a new object starts with (JSON), as kube-apiserver's create answers have it: Go encodes a
+    /// status struct that is not a pointer even when nothing set it (a Service's `{"loadBalancer":{}}`, a
+    /// Deployment's `{}`, a DaemonSet's counters at 0).
+    pub created_status: Option<&'static str>,
     /// Defined by a CustomResourceDefinition rather than built in.
     pub custom: bool,
     /// A custom resource's structural schema (`openAPIV3Schema`), if its CRD gives one.
@@ -145,6 +149,7 @@ pub(crate) struct Builtin {
     pub scale: bool,
     pub stored_as: Option<StoredAs>,
     pub subresources: &'static [SubresourceInfo],
+    pub created_status: Option<&'static str>,
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -170,6 +175,7 @@ pub fn builtins() -> Vec<Arc<ResourceInfo>> {
                 scale: b.scale.then(ScalePaths::workload),
                 stored_as: b.stored_as,
                 subresources: b.subresources,
+                created_status: b.created_status,
                 custom: false,
                 schema: None,
                 printer_columns: Vec::new(),
@@ -224,6 +230,7 @@ pub fn from_crd(crd: &serde_json::Value) -> Vec<Arc<ResourceInfo>> {
                 }),
                 stored_as: None,
                 subresources: &[],
+                created_status: None,
                 custom: true,
                 schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
                 printer_columns: v["additionalPrinterColumns"]

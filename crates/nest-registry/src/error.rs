@@ -195,7 +195,7 @@ impl ApiError {
         if let Some(name) = &d.name {
             details.insert("name".into(), json!(name));
         }
-        if let Some(group) = &d.group {
+        if let Some(group) = d.group.as_ref().filter(|g| !g.is_empty()) {
             details.insert("group".into(), json!(group));
         }
         if let Some(kind) = &d.kind {
@@ -222,6 +222,57 @@ impl ApiError {
             status["details"] = Value::Object(details);
         }
         status
+    }
+}
+
+impl ApiError {
+    /// The `Status` object as kube-apiserver writes it on the wire: fields in the order of Go's `metav1.Status`
+    /// (`kind`, `apiVersion`, `metadata`, `status`, `message`, `reason`, `details`, `code`; within `details`: `name`,
+    /// `group`, `kind`, `causes`, `retryAfterSeconds`), empty ones left out as `omitempty` leaves them, and a
+    /// trailing newline, as Go's JSON encoder ends what it writes. Clients that compare error bodies compare these.
+    pub fn to_status_json(&self) -> String {
+        let text = |value: &str| serde_json::to_string(value).unwrap_or_else(|_| "\"\"".into());
+        let mut out = String::from(r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure""#);
+        if !self.message.is_empty() {
+            out.push_str(&format!(",\"message\":{}", text(&self.message)));
+        }
+        if !self.reason.is_empty() {
+            out.push_str(&format!(",\"reason\":{}", text(self.reason)));
+        }
+        let d = &self.details;
+        let mut details = Vec::new();
+        for (key, value) in [("name", &d.name), ("group", &d.group), ("kind", &d.kind)] {
+            if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+                details.push(format!("\"{key}\":{}", text(value)));
+            }
+        }
+        if !d.causes.is_empty() {
+            let causes: Vec<String> = d
+                .causes
+                .iter()
+                .map(|c| {
+                    let fields: Vec<String> =
+                        [("reason", c.reason), ("message", c.message.as_str()), ("field", c.field.as_str())]
+                            .into_iter()
+                            .filter(|(_, v)| !v.is_empty())
+                            .map(|(k, v)| format!("\"{k}\":{}", text(v)))
+                            .collect();
+                    format!("{{{}}}", fields.join(","))
+                })
+                .collect();
+            details.push(format!("\"causes\":[{}]", causes.join(",")));
+        }
+        if let Some(seconds) = d.retry_after {
+            details.push(format!("\"retryAfterSeconds\":{seconds}"));
+        }
+        if !details.is_empty() {
+            out.push_str(&format!(",\"details\":{{{}}}", details.join(",")));
+        }
+        if self.code != 0 {
+            out.push_str(&format!(",\"code\":{}", self.code));
+        }
+        out.push_str("}\n");
+        out
     }
 }
 
@@ -292,11 +343,36 @@ mod tests {
         assert_eq!(status["code"], 404);
         assert_eq!(status["reason"], "NotFound");
         assert_eq!(status["message"], "pods \"web\" not found");
-        assert_eq!(status["details"], json!({"name": "web", "group": "", "kind": "pods"}));
+        assert_eq!(status["details"], json!({"name": "web", "kind": "pods"}));
 
         let invalid = ApiError::invalid(&pods, "web", vec![Cause::required("spec.containers")]).to_status();
         assert_eq!(invalid["code"], 422);
         assert_eq!(invalid["details"]["causes"][0]["field"], "spec.containers");
         assert_eq!(invalid["details"]["kind"], "Pod");
+    }
+
+    /// The bytes kube-apiserver 1.33 sends for these errors, field for field and in its order.
+    #[test]
+    fn statuses_on_the_wire_are_upstreams_bytes() {
+        let pods = Catalog::builtin().find("", "v1", "pods").unwrap();
+        assert_eq!(
+            ApiError::not_found(&pods, "web").to_status_json(),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\
+             \"message\":\"pods \\\"web\\\" not found\",\"reason\":\"NotFound\",\
+             \"details\":{\"name\":\"web\",\"kind\":\"pods\"},\"code\":404}\n"
+        );
+        let deployments = Catalog::builtin().find("apps", "v1", "deployments").unwrap();
+        assert_eq!(
+            ApiError::already_exists(&deployments, "web").to_status_json(),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\
+             \"message\":\"deployments.apps \\\"web\\\" already exists\",\"reason\":\"AlreadyExists\",\
+             \"details\":{\"name\":\"web\",\"group\":\"apps\",\"kind\":\"deployments\"},\"code\":409}\n"
+        );
+        let invalid = ApiError::invalid(&pods, "web", vec![Cause::required("spec.containers")]);
+        let wire: Value = serde_json::from_str(&invalid.to_status_json()).unwrap();
+        assert_eq!(wire, invalid.to_status(), "the wire form says what the object says");
+        assert!(invalid.to_status_json().contains(
+            "\"details\":{\"name\":\"web\",\"kind\":\"Pod\",\"causes\":[{\"reason\":\"FieldValueRequired\","
+        ));
     }
 }

@@ -135,6 +135,15 @@ spec:
     let name = pod["metadata"]["name"].as_str().unwrap().to_string();
     let answer = eventually_get(&address, "/hello");
     assert!(answer.contains("/hello"), "{answer}");
+    // The kubelet's Events for it, as the tenant sees them: the pull, then the container made and started.
+    eventually(60, "echo's Pulling, Pulled, Created and Started events", || {
+        let described = kubectl(&demo, cache.path(), &["describe", "pod", &name]);
+        let described = String::from_utf8_lossy(&described.stdout).into_owned();
+        described.contains(&format!("Pulling image \"{reference}\""))
+            && described.contains(&format!("Successfully pulled image \"{reference}\" in "))
+            && described.contains("Created container: echo")
+            && described.contains("Started container echo")
+    });
     let logs = kubectl(&demo, cache.path(), &["logs", &name]);
     assert!(logs.status.success(), "{}", String::from_utf8_lossy(&logs.stderr));
     // Its process's root is the image's, not the host's: nest at /usr/local/bin and the image's own /etc/passwd.

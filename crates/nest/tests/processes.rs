@@ -311,6 +311,13 @@ fn crashing_containers_back_off_and_probes_restart_or_unready_them() {
     let refused = server.kubectl(&["logs", "once", "--previous"]);
     assert!(!refused.status.success(), "a container never restarted has no previous log");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("previous terminated container"));
+    // kubectl describe tells what happened, in the kubelet's words.
+    eventually(30, "crasher's events in kubectl describe", || {
+        let described = server.ok(&["describe", "pod", "crasher"]);
+        described.contains("Created container: main")
+            && described.contains("Started container main")
+            && described.contains("Back-off restarting failed container main in pod crasher_default(")
+    });
 
     // restartPolicy Never and exit code 0: Succeeded, not restarted.
     eventually(30, "once Succeeded", || pod(server, "once")["status"]["phase"] == "Succeeded");
@@ -320,6 +327,17 @@ fn crashing_containers_back_off_and_probes_restart_or_unready_them() {
     eventually(60, "sickly restarted by its liveness probe", || {
         let status = &pod(server, "sickly")["status"]["containerStatuses"][0];
         status["restartCount"].as_i64().unwrap_or(0) >= 1 && status["lastState"]["terminated"]["exitCode"] == 137
+    });
+    eventually(30, "sickly's Unhealthy and Killing events", || {
+        let events = server.json(&["get", "events", "--field-selector", "involvedObject.name=sickly"]);
+        let told = |reason: &str, starts: &str| {
+            events["items"].as_array().into_iter().flatten().any(|e| {
+                e["reason"] == reason
+                    && e["message"].as_str().is_some_and(|m| m.starts_with(starts))
+                    && e["involvedObject"]["fieldPath"] == "spec.containers{main}"
+            })
+        };
+        told("Unhealthy", "Liveness probe failed: ") && told("Killing", "Container main failed liveness probe")
     });
 
     // A readiness probe that never passes: Running, not Ready, and not an address the Service sends to.

@@ -45,6 +45,8 @@ pub struct Config {
     /// Registries (`host` or `host:port`; `*` for any) this node pulls images from, besides those on this machine
     /// (loopback addresses and `localhost`), which it always may and speaks to over plain HTTP, as Docker does.
     pub pull_from: Vec<String>,
+    /// The node's name, as its Events give it.
+    pub node: String,
 }
 
 /// Where a container's process comes from.
@@ -157,15 +159,23 @@ impl Runtime {
     async fn image(
         &self,
         pod: &Pod,
-        image: &str,
-        policy: &str,
+        container: &k8s_openapi::api::core::v1::Container,
+        init: bool,
         sources: &mut prepare::Sources,
     ) -> Result<crate::images::Image, PrepareError> {
+        let image = container.image.as_deref().unwrap_or_default();
+        let policy = pull_policy(container);
         let stored = self.images.lookup(image);
         let insecure = self.may_pull(image);
+        let about = crate::about(pod).container(&container.name, init);
+        let present = |found: crate::images::Image| async {
+            let message = format!("Container image \"{image}\" already present on machine");
+            let _ = crate::events::record(&self.client, &self.config.node, &about, "Normal", "Pulled", &message).await;
+            Ok(found)
+        };
         match (stored, insecure) {
-            (Some(found), _) if policy != "Always" => return Ok(found),
-            (Some(found), None) => return Ok(found),
+            (Some(found), _) if policy != "Always" => return present(found).await,
+            (Some(found), None) => return present(found).await,
             (None, _) if policy == "Never" => {
                 return Err(PrepareError::Pull {
                     image: image.into(),
@@ -200,9 +210,19 @@ impl Runtime {
         })?;
         let registry = whole.split('/').next().unwrap_or_default().to_string();
         let insecure = if insecure == Some(true) { vec![registry] } else { Vec::new() };
+        let message = format!("Pulling image \"{image}\"");
+        let _ = crate::events::record(&self.client, &self.config.node, &about, "Normal", "Pulling", &message).await;
+        let began = std::time::Instant::now();
         match self.images.pull(image, &auth, &insecure).await {
             Ok(pulled) => {
                 self.pulls().remove(&uid);
+                let took = began.elapsed();
+                let size: i64 = pulled.layers.iter().map(|l| l.size() as i64).sum();
+                let message = format!(
+                    "Successfully pulled image \"{image}\" in {took:.3?} ({took:.3?} including waiting). Image size: {size} bytes."
+                );
+                let _ =
+                    crate::events::record(&self.client, &self.config.node, &about, "Normal", "Pulled", &message).await;
                 Ok(pulled)
             }
             Err(error) => {
@@ -261,13 +281,15 @@ impl Runtime {
         let containers: Vec<_> = spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect();
         let base = self.sandboxes.base(pod)?;
         let mut launches = Vec::new();
-        for (container, source) in containers.iter().zip(&chosen) {
+        let inits = spec.init_containers.as_ref().map_or(0, Vec::len);
+        for (index, (container, source)) in containers.iter().zip(&chosen).enumerate() {
             let launch = match source {
                 Source::Host(program) => {
                     prepare::launch(facts, container, program, None, &mut sources, &pod_dir, &claims_dir).await?
                 }
                 Source::Image(name) => {
-                    let image = self.image(pod, name, pull_policy(container), &mut sources).await?;
+                    let init = index < inits;
+                    let image = self.image(pod, container, init, &mut sources).await?;
                     let rootfs = self.images.rootfs(&image, base).map_err(|e| PrepareError::Pull {
                         image: name.clone(),
                         message: format!("unpacking image \"{name}\": {e}"),
@@ -285,6 +307,7 @@ impl Runtime {
             launch.sandbox = Some(Arc::new(sandboxed));
         }
         let setting = supervise::Setting {
+            node: self.config.node.clone(),
             pod_ip: facts.pod_ip.to_string(),
             host_ip: facts.host_ip.to_string(),
             pod_dir,

@@ -44,6 +44,7 @@ struct Container {
 /// What the pod's tasks share.
 struct Shared {
     client: Client,
+    node: String,
     namespace: String,
     name: String,
     uid: String,
@@ -62,6 +63,8 @@ struct Shared {
 
 /// Where and how a pod runs.
 pub struct Setting {
+    /// The node's name, as its Events give it.
+    pub node: String,
     pub pod_ip: String,
     pub host_ip: String,
     /// `<data>/pods/<uid>`.
@@ -82,7 +85,7 @@ pub struct PodRun {
 impl PodRun {
     /// Starts the pod's processes (`launches` are for the init containers, then the containers, in order).
     pub fn start(client: Client, pod: &Pod, setting: Setting, launches: Vec<Launch>) -> Arc<PodRun> {
-        let Setting { pod_ip, host_ip, pod_dir, backoff } = setting;
+        let Setting { node, pod_ip, host_ip, pod_dir, backoff } = setting;
         let spec = pod.spec.clone().unwrap_or_default();
         let restarts = super::Runtime::restart_counts(pod);
         // A pod this node ran before (it was restarted) keeps counting restarts.
@@ -112,6 +115,7 @@ impl PodRun {
             init.iter().map(|_| Probes::default()).chain(spec.containers.iter().map(Probes::of)).collect();
         let shared = Arc::new(Shared {
             client,
+            node,
             namespace: pod.namespace().unwrap_or_default(),
             name: pod.name_any(),
             uid: pod.uid().unwrap_or_default(),
@@ -252,6 +256,19 @@ impl Shared {
         change(&mut containers[index])
     }
 
+    /// Records an Event about container `index`, as the kubelet does (its failures are dropped: events explain).
+    async fn event(&self, index: usize, type_: &str, reason: &str, message: String) {
+        let (name, init) = self.with(index, |c| (c.name.clone(), c.init));
+        let pod = crate::events::About {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            field_path: None,
+        };
+        let about = pod.container(&name, init);
+        let _ = crate::events::record(&self.client, &self.node, &about, type_, reason, &message).await;
+    }
+
     /// Where container `name`'s output of run `restart` goes.
     pub fn log_path(&self, name: &str, restart: i32) -> PathBuf {
         self.pod_dir.join("logs").join(name).join(format!("{restart}.log"))
@@ -368,6 +385,9 @@ impl Shared {
                         (128, "StartError")
                     }
                     Some(pid) => {
+                        let name = self.with(index, |c| c.name.clone());
+                        self.event(index, "Normal", "Created", format!("Created container: {name}")).await;
+                        self.event(index, "Normal", "Started", format!("Started container {name}")).await;
                         let (code, oom) =
                             self.running(index, &sandbox, &probes, (child, copies, pid), &mut stop, &started_at).await;
                         (
@@ -425,6 +445,11 @@ impl Shared {
             });
             if !delay.is_zero() {
                 self.report().await;
+                let message = format!(
+                    "Back-off restarting failed container {name} in pod {}_{}({})",
+                    self.name, self.namespace, self.uid
+                );
+                self.event(index, "Warning", "BackOff", message).await;
                 tracing::debug!(pod = %self.name, container = %name, ?delay, "crash loop back-off");
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
@@ -467,6 +492,10 @@ impl Shared {
         let status = match outcome {
             Ok(status) => status,
             Err(grace) => {
+                let name = self.with(index, |c| c.name.clone());
+                if !self.silent.load(std::sync::atomic::Ordering::SeqCst) {
+                    self.event(index, "Normal", "Killing", format!("Stopping container {name}")).await;
+                }
                 signal_group(pid, libc::SIGTERM);
                 match tokio::time::timeout(grace, child.wait()).await {
                     Ok(status) => status,
@@ -512,8 +541,12 @@ impl Shared {
         }
         let liveness = async {
             if let Some(liveness) = &probes.liveness {
-                liveness.until_failure(&target).await;
+                let error = liveness.until_failure(&target).await;
                 tracing::info!(pod = %self.name, "liveness probe failed; killing the container");
+                let name = self.with(index, |c| c.name.clone());
+                self.event(index, "Warning", "Unhealthy", format!("Liveness probe failed: {error}")).await;
+                let message = format!("Container {name} failed liveness probe, will be restarted");
+                self.event(index, "Normal", "Killing", message).await;
                 signal_group(pid, libc::SIGKILL);
             } else {
                 std::future::pending::<()>().await;

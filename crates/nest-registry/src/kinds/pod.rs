@@ -50,6 +50,9 @@ impl Strategy for Pod {
         if obj.get("status").is_none_or(Value::is_null) || obj["status"].get("phase").is_none() {
             obj["status"]["phase"] = json!("Pending");
         }
+        if obj["status"].get("qosClass").is_none() {
+            obj["status"]["qosClass"] = json!(qos_class(&obj["spec"]));
+        }
     }
 
     fn validate(&self, obj: &Value) -> Vec<Cause> {
@@ -112,6 +115,43 @@ impl Strategy for Pod {
         conditions.push(condition);
         obj["status"]["conditions"] = json!(conditions);
         Ok(obj)
+    }
+}
+
+/// The pod's quality of service class, as kube-apiserver computes it at create (`GetPodQOS`): `BestEffort` when no
+/// container requests or limits CPU or memory, `Guaranteed` when every container limits both and requests what it
+/// limits, `Burstable` otherwise.
+pub fn qos_class(spec: &Value) -> &'static str {
+    let containers: Vec<&Value> =
+        ["initContainers", "containers"].iter().flat_map(|list| spec[*list].as_array().into_iter().flatten()).collect();
+    let amount = |resources: &Value, kind: &str, name: &str| -> Option<f64> {
+        let value = &resources[kind][name];
+        let text = match value {
+            Value::String(text) => text.clone(),
+            Value::Number(number) => number.to_string(),
+            _ => return None,
+        };
+        Some(nest_core::quantity::parse(&text))
+    };
+    let mut any = false;
+    let mut guaranteed = true;
+    for container in &containers {
+        let resources = &container["resources"];
+        for name in ["cpu", "memory"] {
+            let request = amount(resources, "requests", name).filter(|q| *q != 0.0);
+            let limit = amount(resources, "limits", name).filter(|q| *q != 0.0);
+            any |= request.is_some() || limit.is_some();
+            match (request, limit) {
+                (_, None) => guaranteed = false,
+                (Some(request), Some(limit)) if request != limit => guaranteed = false,
+                _ => {}
+            }
+        }
+    }
+    match (any, guaranteed && !containers.is_empty()) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
     }
 }
 
@@ -265,6 +305,19 @@ pub fn spec(spec: &Value, at: &str) -> Vec<Cause> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qos_classes_are_kube_apiservers() {
+        let spec = |resources: Value| json!({"containers": [{"name": "c", "resources": resources}]});
+        assert_eq!(qos_class(&spec(json!({}))), "BestEffort");
+        assert_eq!(qos_class(&spec(json!({"limits": {"cpu": "1", "memory": "1Gi"}}))), "Guaranteed");
+        let equal = json!({"requests": {"cpu": "1000m", "memory": "1Gi"}, "limits": {"cpu": 1, "memory": "1024Mi"}});
+        assert_eq!(qos_class(&spec(equal)), "Guaranteed");
+        assert_eq!(qos_class(&spec(json!({"requests": {"cpu": "100m"}}))), "Burstable");
+        assert_eq!(qos_class(&spec(json!({"limits": {"memory": "1Gi"}}))), "Burstable");
+        let less = json!({"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}});
+        assert_eq!(qos_class(&spec(less)), "Burstable");
+    }
     use serde_json::json;
 
     fn fields(causes: &[Cause]) -> Vec<String> {

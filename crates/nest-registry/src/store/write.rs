@@ -127,6 +127,11 @@ impl Registry {
         let request =
             admission_request(resource, Operation::Create, Subresource::Main, namespace, &given, None, dry_run);
         self.admission.admit(self.cluster(), &request, &mut obj).await?;
+        if let Some(created) = info.created_status
+            && obj.get("status").is_none_or(Value::is_null)
+        {
+            obj["status"] = serde_json::from_str(created).unwrap_or_default();
+        }
         resource.strategy.prepare_for_create(&mut obj);
         let check_name = if given.is_empty() { meta::generate_name(&generate) } else { given.clone() };
         Self::check_name(resource, &check_name)?;
