@@ -28,6 +28,17 @@ fn finished(job: &Job) -> bool {
         .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
 }
 
+/// How long a Job whose `failed` pods last failed at `last` still waits before it makes a new pod.
+fn backoff_left(failed: i32, last: Option<jiff::Timestamp>, now: jiff::Timestamp) -> std::time::Duration {
+    let Some(last) = last.filter(|_| failed > 0) else { return std::time::Duration::ZERO };
+    let backoff = std::time::Duration::from_secs(10)
+        .saturating_mul(1 << (failed - 1).clamp(0, 10))
+        .min(std::time::Duration::from_secs(600));
+    let since = now.duration_since(last);
+    let since = std::time::Duration::try_from(since).unwrap_or(std::time::Duration::ZERO);
+    backoff.saturating_sub(since)
+}
+
 fn phase(pod: &Pod) -> &str {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
 }
@@ -78,7 +89,24 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         parallelism.min(completions - succeeded).max(0) as usize
     };
 
-    if active.len() < wanted_active {
+    // After a failure, a new pod waits the Job controller's back-off: 10 s, doubling with each failure, at most
+    // 10 min, counted from when the last failed pod finished.
+    let last_failure = pods
+        .iter()
+        .filter(|p| phase(p) == "Failed")
+        .filter_map(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .filter_map(|c| Some(c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref()?.0))
+                .max()
+        })
+        .max();
+    let wait = backoff_left(failed, last_failure, nest_core::clock::now());
+    let holding = active.len() < wanted_active && !wait.is_zero();
+    if active.len() < wanted_active && !holding {
         let template = spec.template.clone();
         let mut labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
         for (key, value) in [
@@ -116,7 +144,7 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
 
     let ready = pods.iter().filter(|p| is_active(p) && is_ready(p)).count();
     let mut status = json!({
-        "active": if conditions.is_empty() { active.len().max(wanted_active) } else { 0 },
+        "active": if !conditions.is_empty() { 0 } else if holding { active.len() } else { active.len().max(wanted_active) },
         "succeeded": succeeded, "failed": failed, "ready": ready,
         "startTime": job.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| json!(t)).unwrap_or(json!(now)),
     });
@@ -139,5 +167,22 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
             jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await,
         )?;
     }
-    Ok(Action::await_change())
+    Ok(if holding { Action::requeue(wait) } else { Action::await_change() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff_left;
+    use std::time::Duration;
+
+    #[test]
+    fn a_failed_pod_is_replaced_after_the_job_controllers_back_off() {
+        let at = jiff::Timestamp::from_second(1_000_000).unwrap();
+        let later = |seconds: i64| at.checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap();
+        assert_eq!(backoff_left(0, None, at), Duration::ZERO);
+        assert_eq!(backoff_left(1, Some(at), later(4)), Duration::from_secs(6));
+        assert_eq!(backoff_left(1, Some(at), later(11)), Duration::ZERO);
+        assert_eq!(backoff_left(3, Some(at), later(0)), Duration::from_secs(40));
+        assert_eq!(backoff_left(20, Some(at), later(0)), Duration::from_secs(600), "at most ten minutes");
+    }
 }

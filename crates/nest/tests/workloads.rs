@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Component, ControllerManager, Server, backends, eventually};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const REPLICASET: &str = r#"
 apiVersion: apps/v1
@@ -296,9 +296,35 @@ fn jobs_complete_within_their_parallelism_or_fail_past_their_backoff_limit() {
     assert_eq!(server.ok(&["get", "pods", "-l", "job-name=batch", "-o", "name"]).lines().count(), 3);
     server.ok(&["wait", "--for=condition=complete", "job/batch", "--timeout=10s"]);
 
+    // kube-apiserver's generated selector: the Job's UID, on the template too, so that `kubectl logs job/batch`
+    // and anything else selecting by it finds this Job's pods only.
+    let batch = server.json(&["get", "job", "batch"]);
+    let uid = batch["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(batch["spec"]["selector"], json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}));
+    let labels = &batch["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in [
+        ("batch.kubernetes.io/controller-uid", uid),
+        ("batch.kubernetes.io/job-name", "batch"),
+        ("controller-uid", uid),
+        ("job-name", "batch"),
+    ] {
+        assert_eq!(labels[key], value, "{labels}");
+    }
+
     server.ok(&["wait", "--for=condition=failed", "job/doomed", "--timeout=60s"]);
     let doomed = server.json(&["get", "job", "doomed"]);
     assert_eq!(doomed["status"]["failed"], 2, "backoffLimit 1: two failures");
+    // The second pod waited the Job controller's back-off (10 s) after the first failed, rather than coming at once.
+    let pods = server.json(&["get", "pods", "-l", "job-name=doomed"]);
+    let mut made: Vec<i64> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["creationTimestamp"].as_str().unwrap().parse::<jiff::Timestamp>().unwrap().as_second())
+        .collect();
+    made.sort();
+    assert_eq!(made.len(), 2);
+    assert!(made[1] - made[0] >= 9, "the replacement pod came {} s after the first", made[1] - made[0]);
 }
 
 #[test]

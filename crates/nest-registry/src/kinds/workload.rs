@@ -19,10 +19,46 @@ pub enum Workload {
     Job,
 }
 
+/// The labels kube-apiserver gives a Job's pod template, and (the first) its generated selector.
+pub const JOB_LABELS: [&str; 4] =
+    ["batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name"];
+
+/// A Job's selector and template labels, as kube-apiserver generates them unless `manualSelector` is true
+/// (`generateSelector` in pkg/registry/batch/job): the selector matches the Job's UID, and the template carries the
+/// UID and the Job's name under both the `batch.kubernetes.io/` and the legacy keys. So `kubectl logs job/x` finds
+/// the Job's own pods, never another workload's.
+fn generate_job_selector(obj: &mut Value) {
+    if obj["spec"]["manualSelector"] == Value::Bool(true) {
+        return;
+    }
+    let uid = obj["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    if uid.is_empty() {
+        return;
+    }
+    let template = &mut obj["spec"]["template"];
+    if !template.is_object() {
+        return;
+    }
+    let labels = &mut template["metadata"]["labels"];
+    if !labels.is_object() {
+        *labels = serde_json::json!({});
+    }
+    for (key, value) in JOB_LABELS.iter().zip([&uid, &name, &uid, &name]) {
+        labels[*key] = serde_json::json!(value);
+    }
+    if obj["spec"]["selector"].is_null() {
+        obj["spec"]["selector"] = serde_json::json!({"matchLabels": {JOB_LABELS[0]: uid}});
+    }
+}
+
 impl Strategy for Workload {
     fn prepare_for_create(&self, obj: &mut Value) {
         if !obj.get("spec").is_some_and(Value::is_object) {
             return;
+        }
+        if *self == Workload::Job {
+            generate_job_selector(obj);
         }
         let spec = &mut obj["spec"];
         let mut defaults: Vec<(&str, Value)> = Vec::new();
