@@ -86,6 +86,9 @@ fn normalized(value: &serde_json::Value) -> serde_json::Value {
 }
 
 /// An int-or-percent of `total`, rounded up or down as kube does (`intstr.GetScaledValueFromIntOrPercent`).
+/// Who the Deployment's Events are from.
+const COMPONENT: &str = "deployment-controller";
+
 fn scaled(value: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
     let value = value.cloned().unwrap_or(IntOrString::String(default.to_string()));
     match value {
@@ -155,7 +158,20 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
         }))
         .map_err(kube::Error::SerdeError)?;
         match sets_api.create(&PostParams::default(), &set).await {
-            Ok(created) => sets.push(created),
+            Ok(created) => {
+                if initial > 0 {
+                    let message = format!("Scaled up replica set {new_name} from 0 to {initial}");
+                    crate::events::record(
+                        &context.client,
+                        &*deployment,
+                        COMPONENT,
+                        "Normal",
+                        "ScalingReplicaSet",
+                        message,
+                    );
+                }
+                sets.push(created)
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Ok(Action::requeue(Duration::from_millis(200)));
             }
@@ -222,6 +238,10 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
             }
         }
         for (set, replicas) in changes {
+            let from = sets.iter().find(|s| s.name_any() == set).map_or(0, replicas_of);
+            let direction = if replicas > from { "up" } else { "down" };
+            let message = format!("Scaled {direction} replica set {set} from {from} to {replicas}");
+            crate::events::record(&context.client, &*deployment, COMPONENT, "Normal", "ScalingReplicaSet", message);
             let patch = json!({"spec": {"replicas": replicas}});
             nest_client::done_unless_refused(
                 sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await,

@@ -24,6 +24,7 @@ use kube::Client;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
+pub mod events;
 pub mod garbage;
 pub mod job;
 pub mod leader;

@@ -16,6 +16,8 @@ use serde_json::json;
 
 /// At most this many pods are created or deleted per pass, as kube-controller-manager's `burstReplicas`.
 const BURST: usize = 500;
+/// Who the ReplicaSet's Events are from.
+const COMPONENT: &str = "replicaset-controller";
 
 /// Runs the controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
@@ -138,15 +140,21 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
         let post = PostParams::default();
         let creations = (0..missing).map(|_| pods.create(&post, &pod));
         for created in futures_util::future::join_all(creations).await {
-            active.push(created?);
+            let created = created?;
+            let message = format!("Created pod: {}", created.name_any());
+            crate::events::record(&context.client, &*set, COMPONENT, "Normal", "SuccessfulCreate", message);
+            active.push(created);
         }
     } else if active.len() > wanted {
         active.sort_by_key(deletion_rank);
         let surplus: Vec<Pod> = active.drain(..(active.len() - wanted).min(BURST)).collect();
         let delete = DeleteParams::default();
         let deletions = surplus.iter().map(|pod| pods.delete(pod.metadata.name.as_deref().unwrap_or(""), &delete));
-        for deleted in futures_util::future::join_all(deletions).await {
-            nest_client::done_unless_gone_or_changed(deleted)?;
+        for (pod, deleted) in surplus.iter().zip(futures_util::future::join_all(deletions).await) {
+            if nest_client::done_unless_gone_or_changed(deleted)? {
+                let message = format!("Deleted pod: {}", pod.name_any());
+                crate::events::record(&context.client, &*set, COMPONENT, "Normal", "SuccessfulDelete", message);
+            }
         }
     }
 

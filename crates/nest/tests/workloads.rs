@@ -153,6 +153,25 @@ fn deployments_roll_out_within_their_surge_and_unavailability_and_undo() {
     server.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
     let history = server.ok(&["rollout", "history", "deployment/web"]);
     assert!(history.contains('1') && history.contains('2'), "{history}");
+    // kubectl describe tells the rollout in the deployment controller's words, and each ReplicaSet its pods.
+    let sets = server.json(&["get", "replicasets", "-l", "app=web"]);
+    let of_image = |image: &str| {
+        let sets = sets["items"].as_array().unwrap();
+        let set = sets.iter().find(|s| s["spec"]["template"]["spec"]["containers"][0]["image"] == image).unwrap();
+        set["metadata"]["name"].as_str().unwrap().to_string()
+    };
+    let (first, second) = (&of_image("nginx:1"), &of_image("nginx:2"));
+    eventually(30, "ScalingReplicaSet events in kubectl describe deployment", || {
+        let described = server.ok(&["describe", "deployment", "web"]);
+        described.contains("ScalingReplicaSet")
+            && described.contains(&format!("Scaled up replica set {first} from 0 to 3"))
+            && described.contains(&format!("Scaled up replica set {first} from 3 to 5"))
+            && described.contains(&format!("Scaled down replica set {first} from 5 to 4"))
+            && described.contains(&format!("Scaled up replica set {second} from 0 to 1"))
+            && described.contains(&format!("Scaled down replica set {first} from 4 to "))
+    });
+    let described = server.ok(&["describe", "replicaset", second]);
+    assert!(described.contains("SuccessfulCreate") && described.contains("Created pod: "), "{described}");
 
     server.ok(&["rollout", "undo", "deployment/web"]);
     eventually(60, "the previous template back", || {
