@@ -34,6 +34,7 @@ pub mod podgc;
 pub mod replicaset;
 pub mod serviceaccount;
 pub mod statefulset;
+pub mod volumes;
 
 /// The reference a controller puts on what it creates: it is the controller, and a foreground deletion of it waits
 /// for the object.
@@ -113,6 +114,9 @@ pub struct Options {
     pub on_leading: Box<dyn FnOnce() + Send>,
     /// How long a node may go without renewing its Lease before it is NotReady (`--node-monitor-grace-period`).
     pub node_grace: std::time::Duration,
+    /// Provision a local volume for every claim with no storage class ([`volumes`]): on for a cluster whose nodes
+    /// keep claims in their own directories (`nest up`), off for a tenant's, whose claims the syncer binds.
+    pub local_volumes: bool,
 }
 
 /// Runs the controller-manager: waits to lead, then runs every controller. Returns `Ok` when `shutdown` completes,
@@ -120,7 +124,7 @@ pub struct Options {
 /// acts without the Lease).
 pub async fn run(client: Client, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let Options { identity, ca_pem, lease_duration, on_leading, node_grace } = options;
+    let Options { identity, ca_pem, lease_duration, on_leading, node_grace, local_volumes } = options;
     let mut election = leader::Election::new(client.clone(), LEASE.0, LEASE.1, identity.clone());
     election.lease_duration = lease_duration;
     election.renew_every = (lease_duration / 5).max(std::time::Duration::from_millis(200));
@@ -143,6 +147,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             daemonset::run(client.clone()),
             statefulset::run(client.clone()),
             podgc::run(client.clone()),
+            volumes::run(client.clone(), local_volumes),
         );
     };
     tokio::select! {

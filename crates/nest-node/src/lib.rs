@@ -417,7 +417,14 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
                 process::PrepareError::Io(_) => Duration::from_secs(10),
                 // Then the back-off is reported (above) until the next try.
                 process::PrepareError::Pull { .. } => Duration::from_secs(1),
+                // A claim is bound a moment after it is made.
+                process::PrepareError::Mount { .. } => Duration::from_millis(500),
             };
+            if let process::PrepareError::Mount { .. } = &error
+                && waiting_message(pod) != Some(error.to_string().as_str())
+            {
+                event(pod, context, "Warning", "FailedMount", &error.to_string()).await?;
+            }
             // The kubelet's two Events for a failed pull: what failed, and the container's new waiting reason.
             if let process::PrepareError::Pull { image, message, reason } = &error {
                 event(pod, context, "Warning", "Failed", &format!("Failed to pull image \"{image}\": {message}"))
@@ -473,6 +480,12 @@ async fn refuse(pod: &Pod, context: &Context, image: &str) -> Result<Action, kub
     report_waiting(pod, context, "", json!({"waiting": {"reason": REASON, "message": message}})).await?;
     event(pod, context, "Warning", "Failed", &message).await?;
     Ok(Action::await_change())
+}
+
+/// The message of the pod's first container's waiting state, as last reported.
+fn waiting_message(pod: &Pod) -> Option<&str> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses.first()?.state.as_ref()?.waiting.as_ref()?.message.as_deref()
 }
 
 /// The reason the pod's first container waits for, as last reported.

@@ -151,6 +151,69 @@ spec:
     }
     assert!(escaped.is_empty(), "files escaped their volume: {escaped:?}");
 
+    // Claims: the tenant's own claim is bound (a local volume provisioned in the management cluster) and its pod
+    // writes there; a claim name that is not a Bound claim of the pod's namespace — one that does not exist, and
+    // the demo control plane's own data claim in the management cluster — leaves the pod Pending with a FailedMount
+    // Event, and mounts nothing.
+    let managed = json(&admin, cache.path(), &["get", "persistentvolumeclaims", "-n", "default"]);
+    let foreign = managed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .find(|name| name.contains("demo"))
+        .unwrap_or_else(|| panic!("no claim of demo's control plane: {managed}"))
+        .to_string();
+    let claims = cache.path().join("claims.yaml");
+    let claim_pod = |name: &str, claim: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - {{name: main, image: nest, \
+             args: [debug, http-echo, --listen, '127.0.0.1:0'], volumeMounts: [{{name: data, mountPath: /data}}]}}\n  \
+             volumes:\n  - {{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}\n"
+        )
+    };
+    std::fs::write(
+        &claims,
+        [
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: mine}\n\
+             spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n"
+                .to_string(),
+            claim_pod("keeper", "mine"),
+            claim_pod("borrower", &foreign),
+            claim_pod("dreamer", "no-such-claim"),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    let applied = kubectl(&demo, cache.path(), &["apply", "-f", &claims.display().to_string()]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    eventually(90, "the tenant's claim Bound and its pod Running", || {
+        let claim = json(&demo, cache.path(), &["get", "persistentvolumeclaim", "mine"]);
+        let pod = json(&demo, cache.path(), &["get", "pod", "keeper"]);
+        claim["status"]["phase"] == "Bound" && pod["status"]["phase"] == "Running"
+    });
+    for pod in ["borrower", "dreamer"] {
+        eventually(60, &format!("{pod}'s FailedMount event"), || {
+            let selector = format!("involvedObject.name={pod}");
+            let events = json(&demo, cache.path(), &["get", "events", "--field-selector", &selector]);
+            events["items"].as_array().into_iter().flatten().any(|e| {
+                e["reason"] == "FailedMount"
+                    && e["message"].as_str().is_some_and(|m| m.starts_with("Unable to attach or mount volumes"))
+            })
+        });
+        let status = json(&demo, cache.path(), &["get", "pod", pod])["status"].clone();
+        assert_eq!(status["phase"], "Pending", "{pod}: {status}");
+        assert_eq!(status["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating", "{status}");
+    }
+    // Nothing was made for them on the node: no directory of either claim name in any tenant's claims.
+    let node_claims = data.path().join("nodes/nest-node-0/claims");
+    for namespace in std::fs::read_dir(&node_claims).unwrap().flatten() {
+        let made = |claim: &str| namespace.path().join(claim).exists();
+        let tenant_side = namespace.file_name() != "default";
+        assert!(!made("no-such-claim"), "a directory for a claim that does not exist");
+        assert!(!(tenant_side && made(&foreign)), "a tenant's namespace got the control plane's claim directory");
+    }
+
     // A node run inside a pod, with the tenant's own admin kubeconfig: it cannot make sandboxes (no privileges, a
     // read-only root filesystem), so it stops before it registers, and no pod can be given to it.
     eventually(90, "the inner node failing", || {

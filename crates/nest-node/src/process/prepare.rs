@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret,
-    Service, Volume,
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim, Pod,
+    ResourceFieldSelector, Secret, Service, Volume,
 };
 use kube::api::Api;
 use kube::{Client, ResourceExt};
@@ -28,6 +28,10 @@ pub enum PrepareError {
     /// Writing a volume failed.
     #[error("writing volume files: {0}")]
     Io(#[from] std::io::Error),
+    /// A volume cannot be mounted yet: a claim that does not exist in the pod's namespace, or is not Bound. The pod
+    /// waits (`ContainerCreating`), with a `FailedMount` Event, as the kubelet's volume manager does.
+    #[error("Unable to attach or mount volumes: unmounted volumes=[{volume}]: {message}")]
+    Mount { volume: String, message: String },
     /// The image could not be pulled (or found, where the pull policy is `Never`).
     #[error("{message}")]
     Pull {
@@ -46,6 +50,7 @@ impl PrepareError {
             PrepareError::Config(_) | PrepareError::Api(_) => "CreateContainerConfigError",
             PrepareError::Io(_) => "CreateContainerError",
             PrepareError::Pull { reason, .. } => reason,
+            PrepareError::Mount { .. } => "ContainerCreating",
         }
     }
 }
@@ -148,6 +153,11 @@ impl Sources {
             let text = c.data.iter().flatten().map(|(k, v)| (k.clone(), v.clone().into_bytes()));
             text.chain(c.binary_data.iter().flatten().map(|(k, v)| (k.clone(), v.0.clone()))).collect()
         }))
+    }
+
+    /// The claim `name` of the pod's namespace, read afresh (a claim is bound a moment after it is made).
+    pub async fn claim(&mut self, name: &str) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.namespace).get_opt(name).await
     }
 
     /// Secret `name` as key → bytes, or `None` when it does not exist.
@@ -420,6 +430,23 @@ pub async fn write_volumes(
     claims_dir: &Path,
 ) -> Result<(), PrepareError> {
     let spec = facts.pod.spec.clone().unwrap_or_default();
+    // Every claim first: the pod runs once each is a Bound claim of its own namespace, and until then nothing of it
+    // is made (not even a claim's directory).
+    for volume in spec.volumes.iter().flatten() {
+        if let Some(source) = &volume.persistent_volume_claim {
+            let mount = |message: String| PrepareError::Mount { volume: volume.name.clone(), message };
+            paths::name(&source.claim_name, &format!("volume {:?}: claimName", volume.name))?;
+            let claim = sources.claim(&source.claim_name).await?;
+            let Some(claim) = claim else {
+                return Err(mount(format!("persistentvolumeclaim {:?} not found", source.claim_name)));
+            };
+            let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+            let bound_to = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()).unwrap_or_default();
+            if phase != "Bound" || bound_to.is_empty() || claim.metadata.deletion_timestamp.is_some() {
+                return Err(mount(format!("persistentvolumeclaim {:?} is not bound", source.claim_name)));
+            }
+        }
+    }
     for volume in spec.volumes.iter().flatten() {
         let dir = volume_dir(facts.pod, volume, pod_dir, claims_dir)?;
         std::fs::create_dir_all(&dir)?;

@@ -114,7 +114,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let node_dir = tempfile::tempdir()?;
     let node_data = node_dir.path().display().to_string();
     let _components = [
-        component(&["controller-manager"], &kubeconfig)?,
+        component(&["controller-manager", "--local-volumes"], &kubeconfig)?,
         component(&["scheduler"], &kubeconfig)?,
         component(&["proxy"], &kubeconfig)?,
         component(&["manager"], &kubeconfig)?,

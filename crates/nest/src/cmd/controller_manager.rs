@@ -16,6 +16,10 @@ pub struct Args {
     /// How long a node may go without renewing its Lease before it is marked NotReady.
     #[arg(long, value_name = "SECONDS", default_value_t = 40)]
     node_monitor_grace_period_seconds: u64,
+    /// Provision a local volume (a directory on the node that runs the pod) for every claim with no storage class,
+    /// as `nest up` does for its own cluster.
+    #[arg(long)]
+    local_volumes: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -30,6 +34,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         lease_duration: std::time::Duration::from_secs(args.lease_duration_seconds.max(1)),
         on_leading: Box::new(move || eprintln!("nest controller-manager: {leading} is leading")),
         node_grace: std::time::Duration::from_secs(args.node_monitor_grace_period_seconds),
+        local_volumes: args.local_volumes,
     };
     nest_controllers::run(client, options, super::shutdown_signal()).await?;
     eprintln!("nest controller-manager: stopped");

@@ -100,6 +100,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         lease_duration: std::time::Duration::from_secs(15),
         on_leading: Box::new(|| {}),
         node_grace: std::time::Duration::from_secs(40),
+        local_volumes: true,
     };
     let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
     tokio::spawn(nest_scheduler::run(client.clone()));

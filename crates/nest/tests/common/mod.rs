@@ -184,10 +184,13 @@ pub struct Component {
 pub type ControllerManager = Component;
 
 impl Component {
-    /// `nest controller-manager` with this identity and Lease duration.
+    /// `nest controller-manager` with this identity and Lease duration, provisioning local volumes for claims as
+    /// `nest up`'s does.
     pub fn start(server: &Server, identity: &str, lease_seconds: u64) -> Component {
         let lease = lease_seconds.to_string();
-        Component::run(server, &["controller-manager", "--identity", identity, "--lease-duration-seconds", &lease])
+        let args =
+            ["controller-manager", "--identity", identity, "--lease-duration-seconds", &lease, "--local-volumes"];
+        Component::run(server, &args)
     }
 
     /// `nest <args> --kubeconfig <the server's>`.
