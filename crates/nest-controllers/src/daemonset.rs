@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -116,8 +116,6 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
     }
 
     let template = spec.template.clone();
-    let mut labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
-    labels.insert(GENERATION_LABEL.to_string(), generation.clone());
     let missing: Vec<&String> = wanted_names.iter().filter(|n| !by_node.contains_key(*n)).collect();
     for node in &missing {
         let mut pod_spec = template.spec.clone().unwrap_or_default();
@@ -125,17 +123,8 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
         let mut tolerations = pod_spec.tolerations.take().unwrap_or_default();
         tolerations.extend(daemon_tolerations());
         pod_spec.tolerations = Some(tolerations);
-        let pod = Pod {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{name}-")),
-                labels: Some(labels.clone()),
-                annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
-                owner_references: Some(vec![crate::controller_reference(&*set)]),
-                ..Default::default()
-            },
-            spec: Some(pod_spec),
-            status: None,
-        };
+        let pod =
+            crate::pod_from_template(&*set, &template, &[(GENERATION_LABEL, generation.as_str())], Some(pod_spec));
         pods_api.create(&PostParams::default(), &pod).await?;
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -107,27 +107,13 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
     let wait = backoff_left(failed, last_failure, nest_core::clock::now());
     let holding = active.len() < wanted_active && !wait.is_zero();
     if active.len() < wanted_active && !holding {
-        let template = spec.template.clone();
-        let mut labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
-        for (key, value) in [
+        let labels = [
             ("batch.kubernetes.io/controller-uid", uid.as_str()),
             ("batch.kubernetes.io/job-name", name.as_str()),
             ("controller-uid", uid.as_str()),
             ("job-name", name.as_str()),
-        ] {
-            labels.insert(key.to_string(), value.to_string());
-        }
-        let pod = Pod {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{name}-")),
-                labels: Some(labels),
-                annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
-                owner_references: Some(vec![crate::controller_reference(&*job)]),
-                ..Default::default()
-            },
-            spec: template.spec,
-            status: None,
-        };
+        ];
+        let pod = crate::pod_from_template(&*job, &spec.template, &labels, None);
         let post = PostParams::default();
         let creations = (active.len()..wanted_active).map(|_| pods_api.create(&post, &pod));
         for created in futures_util::future::join_all(creations).await {

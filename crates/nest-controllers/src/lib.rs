@@ -38,6 +38,34 @@ pub mod volumes;
 
 /// The reference a controller puts on what it creates: it is the controller, and a foreground deletion of it waits
 /// for the object.
+/// A pod of `owner` from its pod template, as every workload controller makes one: named `<owner>-<random>`, the
+/// template's labels with `labels` added, its annotations, `spec` (the template's, or one made from it), and the
+/// owner as its controller.
+pub(crate) fn pod_from_template<K: kube::Resource<DynamicType = ()>>(
+    owner: &K,
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    labels: &[(&str, &str)],
+    spec: Option<k8s_openapi::api::core::v1::PodSpec>,
+) -> k8s_openapi::api::core::v1::Pod {
+    use kube::ResourceExt as _;
+    let mut all = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    for (key, value) in labels {
+        all.insert(key.to_string(), value.to_string());
+    }
+    k8s_openapi::api::core::v1::Pod {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some(format!("{}-", owner.name_any())),
+            namespace: owner.namespace(),
+            labels: Some(all),
+            annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
+            owner_references: Some(vec![controller_reference(owner)]),
+            ..Default::default()
+        },
+        spec: spec.or_else(|| template.spec.clone()),
+        status: None,
+    }
+}
+
 pub(crate) fn controller_reference<K: kube::Resource<DynamicType = ()>>(
     owner: &K,
 ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {

@@ -125,18 +125,7 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
     if active.len() < wanted {
         let missing = (wanted - active.len()).min(BURST);
         let template = spec.template.clone().unwrap_or_default();
-        let pod = Pod {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{name}-")),
-                namespace: Some(namespace.clone()),
-                labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
-                annotations: template.metadata.as_ref().and_then(|m| m.annotations.clone()),
-                owner_references: Some(vec![crate::controller_reference(&*set)]),
-                ..Default::default()
-            },
-            spec: template.spec,
-            status: None,
-        };
+        let pod = crate::pod_from_template(&*set, &template, &[], None);
         let post = PostParams::default();
         let creations = (0..missing).map(|_| pods.create(&post, &pod));
         for created in futures_util::future::join_all(creations).await {
