@@ -10,7 +10,7 @@
 //! `base + 1000`), and mounted read-only. Unpacking keeps every path beneath the root (no absolute paths, no `..`,
 //! no writing through a link the image made), and applies OCI whiteouts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write as _};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -23,6 +23,16 @@ pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 /// The most a manifest, an index or a config may be: they are read whole.
 const MOST_METADATA: u64 = 4 << 20;
+
+/// The most an image may be unless the node says otherwise (`nest node --image-size-limit`): the sum of its blobs'
+/// sizes as pulled, and again the bytes of its files once unpacked.
+pub const DEFAULT_SIZE_LIMIT: u64 = 8 << 30;
+
+/// The most files, directories and links an image's layers may make together.
+const MOST_ENTRIES: u64 = 1 << 20;
+
+/// Who pulled an image without credentials: anyone may then use it.
+const ANONYMOUS: &str = "anonymous";
 
 /// A failure of the store, worded for a container's waiting message.
 #[derive(Debug, thiserror::Error)]
@@ -87,8 +97,10 @@ fn descriptor(media_type: MediaType, size: u64, digest: &str) -> Result<Descript
 /// The node's image store.
 pub struct Store {
     dir: PathBuf,
-    /// Held while `index.json` is read and rewritten, and while a root filesystem is unpacked.
+    /// Held while `index.json` or `pulls.json` is read and rewritten, and while a root filesystem is unpacked.
     lock: Mutex<()>,
+    /// The most bytes an image may be, pulled and unpacked.
+    limit: u64,
 }
 
 impl Store {
@@ -102,7 +114,13 @@ impl Store {
         if !dir.join("index.json").exists() {
             std::fs::write(dir.join("index.json"), br#"{"schemaVersion":2,"manifests":[]}"#)?;
         }
-        Ok(Store { dir: dir.to_path_buf(), lock: Mutex::new(()) })
+        Ok(Store { dir: dir.to_path_buf(), lock: Mutex::new(()), limit: DEFAULT_SIZE_LIMIT })
+    }
+
+    /// This store, refusing images of more than `bytes` (their blobs as pulled, their files once unpacked).
+    pub fn with_size_limit(mut self, bytes: u64) -> Store {
+        self.limit = bytes;
+        self
     }
 
     fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -339,8 +357,12 @@ impl Store {
         if digest_of(&bytes) != digest {
             return Err(ImageError::Registry(format!("the manifest's content is not its digest {digest}")));
         }
+        if bytes.len() as u64 > MOST_METADATA {
+            return Err(ImageError::Invalid(format!("the manifest of {whole} is more than {MOST_METADATA} bytes")));
+        }
         let manifest: ImageManifest =
             serde_json::from_slice(&bytes).map_err(|e| ImageError::Invalid(format!("manifest of {whole}: {e}")))?;
+        self.within_limit(&whole, &manifest)?;
         for blob in std::iter::once(manifest.config()).chain(manifest.layers()) {
             let blob_digest = blob.digest().to_string();
             if self.has_blob(&blob_digest) {
@@ -348,7 +370,7 @@ impl Store {
             }
             let target = self.blob_path(&blob_digest)?;
             let temporary = target.with_extension(format!("part-{}", std::process::id()));
-            let file = tokio::fs::File::create(&temporary).await?;
+            let file = Capped::new(tokio::fs::File::create(&temporary).await?, blob.size());
             let descriptor = oci_client::manifest::OciDescriptor {
                 media_type: blob.media_type().to_string(),
                 digest: blob_digest.clone(),
@@ -365,7 +387,67 @@ impl Store {
         let descriptor = descriptor(MediaType::ImageManifest, bytes.len() as u64, &manifest_digest)?;
         let image = self.image(&whole, &manifest_digest)?;
         self.tag(&whole, &descriptor)?;
+        self.record_pull(&image.image_id(), &auth_fingerprint(parsed.resolve_registry(), &auth))?;
         Ok(image)
+    }
+
+    /// Refuses `manifest` when its blobs, as the manifest sizes them, come to more than the store's limit.
+    fn within_limit(&self, whole: &str, manifest: &ImageManifest) -> Result<(), ImageError> {
+        if manifest.config().size() > MOST_METADATA {
+            return Err(ImageError::Invalid(format!("the config of {whole} is more than {MOST_METADATA} bytes")));
+        }
+        let total = std::iter::once(manifest.config())
+            .chain(manifest.layers())
+            .fold(0u64, |sum, blob| sum.saturating_add(blob.size()));
+        if total > self.limit {
+            return Err(ImageError::Invalid(format!(
+                "{whole} is {total} bytes, more than this node's image size limit of {} bytes",
+                self.limit
+            )));
+        }
+        Ok(())
+    }
+
+    /// Who has pulled the image `image_id` (`<registry>/<repository>@<digest>`: the same content pulled from
+    /// elsewhere counts for nothing) from its registry, by the fingerprints of the credentials that succeeded
+    /// ([`Auth::fingerprint`]; `anonymous` for none). `None` for an image the store got otherwise (imported or built
+    /// on this machine, by its administrator): anyone may use that one.
+    fn pulled_with(&self, image_id: &str) -> Option<BTreeSet<String>> {
+        let records = self.pull_records();
+        records.get(image_id).cloned()
+    }
+
+    fn pull_records(&self) -> BTreeMap<String, BTreeSet<String>> {
+        std::fs::read(self.dir.join("pulls.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// Records that `fingerprint` pulled the image `image_id`.
+    fn record_pull(&self, image_id: &str, fingerprint: &str) -> Result<(), ImageError> {
+        let _guard = self.guard();
+        let mut records = self.pull_records();
+        if !records.entry(image_id.to_string()).or_default().insert(fingerprint.to_string()) {
+            return Ok(());
+        }
+        let text = serde_json::to_vec(&records).map_err(|e| ImageError::Invalid(e.to_string()))?;
+        let temporary = self.dir.join(format!("pulls.json.part-{}", std::process::id()));
+        std::fs::write(&temporary, text)?;
+        std::fs::rename(&temporary, self.dir.join("pulls.json"))?;
+        Ok(())
+    }
+
+    /// Whether a pod holding `auth` may run `image` from the store without the registry being asked again, after
+    /// the kubelet's `KubeletEnsureSecretPulledImages` (KEP-2535): an image not pulled here is free to all (the
+    /// node's administrator put it there); a pulled one only to pods presenting credentials that pulled it, or to
+    /// all once it was pulled with none. Otherwise the node pulls it again with the pod's own credentials (its blobs
+    /// are not fetched again), so that one tenant's private image never runs for another who cannot pull it.
+    pub fn may_use(&self, image: &Image, auth: &Auth) -> bool {
+        let Some(pulled) = self.pulled_with(&image.image_id()) else { return true };
+        let registry = image.reference.parse::<oci_client::Reference>().map(|r| r.resolve_registry().to_string());
+        let fingerprint = registry.map(|r| auth.fingerprint(&r)).unwrap_or_default();
+        pulled.contains(ANONYMOUS) || pulled.contains(&fingerprint)
     }
 
     /// The root filesystem of `image` for containers of the user range starting at `base`: its layers unpacked in
@@ -381,6 +463,7 @@ impl Store {
         let temporary = self.dir.join("rootfs").join(format!(".{hex}-{base}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&temporary);
         std::fs::create_dir(&temporary)?;
+        let mut budget = Budget { bytes: self.limit, entries: MOST_ENTRIES };
         for layer in &image.layers {
             let file = std::fs::File::open(self.blob_path(layer.digest().as_ref())?)?;
             let reader: Box<dyn Read> = if layer.media_type().to_string().ends_with("gzip") {
@@ -388,7 +471,13 @@ impl Store {
             } else {
                 Box::new(file)
             };
-            unpack_layer(reader, &temporary, base)?;
+            if let Err(error) = unpack_layer(reader, &temporary, base, &mut budget) {
+                let _ = std::fs::remove_dir_all(&temporary);
+                return Err(match error {
+                    ImageError::Invalid(what) => ImageError::Invalid(format!("{}: {what}", image.reference)),
+                    other => other,
+                });
+            }
         }
         for dir in ["etc", "proc", "dev", "tmp", "sys"] {
             let path = temporary.join(dir);
@@ -411,9 +500,15 @@ impl Store {
     }
 }
 
+/// What unpacking an image's layers may still make: bytes of file content, and entries.
+struct Budget {
+    bytes: u64,
+    entries: u64,
+}
+
 /// Unpacks one layer into `root`: entries beneath it only, OCI whiteouts applied, owners moved into the range at
-/// `base`.
-fn unpack_layer(reader: impl Read, root: &Path, base: u32) -> Result<(), ImageError> {
+/// `base`, the whole within `budget`.
+fn unpack_layer(reader: impl Read, root: &Path, base: u32, budget: &mut Budget) -> Result<(), ImageError> {
     let mut archive = tar::Archive::new(reader);
     archive.set_preserve_permissions(true);
     archive.set_preserve_ownerships(false);
@@ -441,6 +536,12 @@ fn unpack_layer(reader: impl Read, root: &Path, base: u32) -> Result<(), ImageEr
                 remove(&parent.join(hidden))?;
             }
             continue;
+        }
+        let size = entry.header().size().unwrap_or(u64::MAX);
+        match (budget.bytes.checked_sub(size), budget.entries.checked_sub(1)) {
+            (Some(bytes), Some(entries)) => *budget = Budget { bytes, entries },
+            (None, _) => return Err(ImageError::Invalid("unpacked, it is more than the image size limit".into())),
+            (_, None) => return Err(ImageError::Invalid(format!("its layers make more than {MOST_ENTRIES} files"))),
         }
         let (uid, gid) = (entry.header().uid().unwrap_or(0), entry.header().gid().unwrap_or(0));
         let shift =
@@ -481,6 +582,59 @@ fn remove(path: &Path) -> std::io::Result<()> {
     }
 }
 
+fn auth_fingerprint(registry: &str, auth: &oci_client::secrets::RegistryAuth) -> String {
+    use oci_client::secrets::RegistryAuth;
+    let secret = match auth {
+        RegistryAuth::Anonymous => return ANONYMOUS.to_string(),
+        RegistryAuth::Basic(user, password) => format!("basic\0{user}\0{password}"),
+        RegistryAuth::Bearer(token) => format!("bearer\0{token}"),
+    };
+    digest_of(format!("{registry}\0{secret}").as_bytes())
+}
+
+/// A writer of at most `left` bytes: a registry sending more than a blob's descriptor says fails the pull once it
+/// has sent that much, before it fills the disk.
+struct Capped<W> {
+    inner: W,
+    left: u64,
+}
+
+impl<W> Capped<W> {
+    fn new(inner: W, size: u64) -> Capped<W> {
+        Capped { inner, left: size }
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Capped<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if buf.len() as u64 > self.left {
+            let error = std::io::Error::other("the registry sent more than the blob's size");
+            return std::task::Poll::Ready(Err(error));
+        }
+        let written = std::task::ready!(std::pin::Pin::new(&mut self.inner).poll_write(cx, buf))?;
+        self.left -= written as u64;
+        std::task::Poll::Ready(Ok(written))
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// A client for registries, speaking plain HTTP to `insecure` ones (`host:port`).
 fn registry_client(insecure: &[String]) -> oci_client::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -516,6 +670,11 @@ impl Auth {
                 self.0.entry(host).or_insert(pair);
             }
         }
+    }
+
+    /// A digest of the credentials these give for `registry` (`anonymous` for none), as the store records pulls.
+    pub fn fingerprint(&self, registry: &str) -> String {
+        auth_fingerprint(registry, &self.for_registry(registry))
     }
 
     fn for_registry(&self, registry: &str) -> oci_client::secrets::RegistryAuth {
@@ -631,6 +790,10 @@ mod tests {
         builder.into_inner().unwrap()
     }
 
+    fn plenty() -> Budget {
+        Budget { bytes: 1 << 30, entries: 1 << 20 }
+    }
+
     #[test]
     fn a_layer_cannot_write_or_remove_outside_the_root() {
         let dir = tempfile::tempdir().unwrap();
@@ -650,7 +813,7 @@ mod tests {
             (".wh...", tar::EntryType::Regular, "", b""),
             ("sub/.wh...", tar::EntryType::Regular, "", b""),
         ]);
-        let _ = unpack_layer(&hostile[..], &root, 1 << 20);
+        let _ = unpack_layer(&hostile[..], &root, 1 << 20, &mut plenty());
         assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"mine", "a whiteout removed a file outside");
         let mut outside_now: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().map(|e| e.file_name()).collect();
         outside_now.sort();
@@ -680,8 +843,8 @@ mod tests {
             ("var/.wh..wh..opq", tar::EntryType::Regular, "", b""),
             ("var/c", tar::EntryType::Regular, "", b"x"),
         ]);
-        unpack_layer(&lower[..], dir.path(), 1 << 20).unwrap();
-        unpack_layer(&upper[..], dir.path(), 1 << 20).unwrap();
+        unpack_layer(&lower[..], dir.path(), 1 << 20, &mut plenty()).unwrap();
+        unpack_layer(&upper[..], dir.path(), 1 << 20, &mut plenty()).unwrap();
         assert!(!dir.path().join("etc/gone").exists());
         let mut var: Vec<_> =
             std::fs::read_dir(dir.path().join("var")).unwrap().flatten().map(|e| e.file_name()).collect();
@@ -694,5 +857,61 @@ mod tests {
         assert_eq!(normalize("busybox").unwrap(), "docker.io/library/busybox:latest");
         assert_eq!(normalize("127.0.0.1:5000/tools/echo:v1").unwrap(), "127.0.0.1:5000/tools/echo:v1");
         assert!(normalize("not an image").is_err() && normalize("x:").is_err());
+    }
+
+    #[test]
+    fn unpacking_stops_at_the_size_and_entry_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = vec![0u8; 4096];
+        let files = layer(&[("a", tar::EntryType::Regular, "", &big), ("b", tar::EntryType::Regular, "", &big)]);
+        let mut budget = Budget { bytes: 6000, entries: 100 };
+        let error = unpack_layer(&files[..], dir.path(), 1 << 20, &mut budget).unwrap_err();
+        assert!(error.to_string().contains("more than the image size limit"), "{error}");
+        assert!(!dir.path().join("b").exists(), "the file over the limit was written");
+        let many = layer(&[("x", tar::EntryType::Directory, "", b""), ("y", tar::EntryType::Directory, "", b"")]);
+        let mut budget = Budget { bytes: 1 << 20, entries: 1 };
+        let error = unpack_layer(&many[..], dir.path(), 1 << 20, &mut budget).unwrap_err();
+        assert!(error.to_string().contains("files"), "{error}");
+    }
+
+    #[test]
+    fn a_registry_sending_more_than_a_blobs_size_is_cut_off() {
+        use tokio::io::AsyncWriteExt as _;
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let mut capped = Capped::new(Vec::new(), 10);
+            capped.write_all(b"0123456789").await.unwrap();
+            assert!(capped.write_all(b"!").await.is_err());
+            assert_eq!(capped.inner, b"0123456789");
+        });
+    }
+
+    #[test]
+    fn an_image_pulled_with_credentials_is_for_those_who_hold_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let image = Image {
+            reference: "127.0.0.1:5000/private/app:v1".into(),
+            id: format!("sha256:{}", "a".repeat(64)),
+            config: ImageConfiguration::default(),
+            layers: Vec::new(),
+        };
+        let secret = |user: &str, password: &str| {
+            let mut auth = Auth::default();
+            let config = format!(r#"{{"auths":{{"127.0.0.1:5000":{{"username":"{user}","password":"{password}"}}}}}}"#);
+            auth.add_docker_config(config.as_bytes());
+            auth
+        };
+        let (alice, bob, nobody) = (secret("alice", "s3cret"), secret("alice", "guess"), Auth::default());
+        assert!(store.may_use(&image, &nobody), "an image the node was given is for every pod");
+        store.record_pull(&image.image_id(), &alice.fingerprint("127.0.0.1:5000")).unwrap();
+        let elsewhere = Image { reference: "127.0.0.1:5001/public/app:v1".into(), ..image.clone() };
+        store.record_pull(&elsewhere.image_id(), &nobody.fingerprint("127.0.0.1:5001")).unwrap();
+        assert!(store.may_use(&elsewhere, &nobody), "pulled from there without credentials");
+        assert!(store.may_use(&image, &alice));
+        assert!(!store.may_use(&image, &bob), "other credentials for the same registry");
+        assert!(!store.may_use(&image, &nobody), "no credentials, though the same content is public elsewhere");
+        store.record_pull(&image.image_id(), &nobody.fingerprint("127.0.0.1:5000")).unwrap();
+        assert!(store.may_use(&image, &bob), "once pulled without credentials, the image is for every pod");
     }
 }

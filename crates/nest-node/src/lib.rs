@@ -123,6 +123,7 @@ impl Options {
                 init: nest.clone(),
                 pull_from: Vec::new(),
                 node: name.clone(),
+                image_size_limit: images::DEFAULT_SIZE_LIMIT,
             },
             name,
             cpu: "4".into(),
@@ -416,6 +417,7 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
                 process::PrepareError::Config(_) | process::PrepareError::Api(_) => Duration::from_secs(1),
                 process::PrepareError::Io(_) => Duration::from_secs(10),
                 // Then the back-off is reported (above) until the next try.
+                process::PrepareError::Pull { reason, .. } if *reason == NEVER_PULL => Duration::from_secs(5),
                 process::PrepareError::Pull { .. } => Duration::from_secs(1),
                 // A claim is bound a moment after it is made.
                 process::PrepareError::Mount { .. } => Duration::from_millis(500),
@@ -425,16 +427,25 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
             {
                 event(pod, context, "Warning", "FailedMount", &error.to_string()).await?;
             }
-            // The kubelet's two Events for a failed pull: what failed, and the container's new waiting reason.
+            // The kubelet's two Events for a failed pull: what failed, and the container's new waiting reason. An
+            // image a Never policy keeps from being pulled is told once, not at every look.
             if let process::PrepareError::Pull { image, message, reason } = &error {
-                event(pod, context, "Warning", "Failed", &format!("Failed to pull image \"{image}\": {message}"))
-                    .await?;
-                event(pod, context, "Warning", "Failed", &format!("Error: {reason}")).await?;
+                if *reason != NEVER_PULL {
+                    let failed = format!("Failed to pull image \"{image}\": {message}");
+                    event(pod, context, "Warning", "Failed", &failed).await?;
+                    event(pod, context, "Warning", "Failed", &format!("Error: {reason}")).await?;
+                } else if waiting_message(pod) != Some(error.to_string().as_str()) {
+                    event(pod, context, "Warning", NEVER_PULL, message).await?;
+                    event(pod, context, "Warning", "Failed", &format!("Error: {reason}")).await?;
+                }
             }
             Ok(Action::requeue(again))
         }
     }
 }
+
+/// The waiting reason, and the Event's, of a container whose image is absent and may not be pulled.
+const NEVER_PULL: &str = "ErrImageNeverPull";
 
 /// Reports every container of the pod waiting, for the given reason.
 async fn report_waiting(pod: &Pod, context: &Context, ip: &str, waiting: serde_json::Value) -> Result<(), kube::Error> {

@@ -2,7 +2,8 @@
 //! built with `nest image build` and pushed to a real registry on loopback (Debian's `docker-registry`, which
 //! scripts/check installs), is pulled by the node and runs the README's echo example from its own root filesystem;
 //! a digest the registry does not have and a registry nobody serves give `ErrImagePull`, then `ImagePullBackOff`,
-//! with the kubelet's Events.
+//! with the kubelet's Events. A private image one namespace pulled with its credentials does not run for another
+//! namespace without them, and an image over the node's size limit is not pulled.
 //!
 //! Its own test binary: `nest up`'s node has fixed addresses, so no other `nest up` may run beside it.
 
@@ -28,18 +29,24 @@ impl Drop for Registry {
 }
 
 fn registry(dir: &Path) -> Registry {
+    registry_of(dir, &dir.join("storage"), None)
+}
+
+/// A registry server storing in `storage` (which another may share), asking for `user:password` when given.
+fn registry_of(dir: &Path, storage: &Path, login: Option<(&str, &str)>) -> Registry {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let address = format!("127.0.0.1:{port}");
-    let config = dir.join("config.yml");
-    let storage = dir.join("storage");
-    std::fs::write(
-        &config,
-        format!(
-            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n",
-            storage.display()
-        ),
-    )
-    .unwrap();
+    let config = dir.join(format!("config-{port}.yml"));
+    let mut text = format!(
+        "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n",
+        storage.display()
+    );
+    if let Some((user, password)) = login {
+        let htpasswd = dir.join(format!("htpasswd-{port}"));
+        std::fs::write(&htpasswd, format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap())).unwrap();
+        text.push_str(&format!("auth:\n  htpasswd:\n    realm: nest-test\n    path: {}\n", htpasswd.display()));
+    }
+    std::fs::write(&config, text).unwrap();
     let child = Command::new("docker-registry")
         .arg("serve")
         .arg(&config)
@@ -167,6 +174,75 @@ spec:
         .unwrap();
     assert_eq!(uid % 65536, 65532, "the image's user is who the container runs as: {status}");
 
+    // A private image, from a registry asking for a password (it shares its storage with an open one the test
+    // pushes through). A pod of namespace team-a pulls it with its Secret; pods of team-b, which hold no credentials,
+    // never run the copy team-a's pull left on the node: the node asks the registry again for them (which refuses),
+    // and with pull policy Never it does not count as present.
+    let private_storage = work.path().join("private");
+    let private = registry_of(work.path(), &private_storage, Some(("alice", "s3cret")));
+    let open = registry_of(work.path(), &private_storage, None);
+    nest(&["image", "push", archive_path, &format!("{}/team/app:v1", open.address)]);
+    let app = format!("{}/team/app:v1", private.address);
+    for namespace in ["team-a", "team-b"] {
+        let created = kubectl(&demo, cache.path(), &["create", "namespace", namespace]);
+        assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    }
+    let server = format!("--docker-server={}", private.address);
+    let login = ["-n", "team-a", "create", "secret", "docker-registry", "login", &server];
+    let login =
+        kubectl(&demo, cache.path(), &[&login[..], &["--docker-username=alice", "--docker-password=s3cret"]].concat());
+    assert!(login.status.success(), "{}", String::from_utf8_lossy(&login.stderr));
+    let pod = |namespace: &str, name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n{extra}  containers:\n  \
+             - {{name: main, image: \"{app}\", args: [debug, http-echo, --listen, \"127.0.0.1:0\"]POLICY}}\n"
+        )
+    };
+    let owner = pod("team-a", "app", "  imagePullSecrets: [{name: login}]\n").replace("POLICY", "");
+    let file = cache.path().join("owner.yaml");
+    std::fs::write(&file, owner).unwrap();
+    let applied = kubectl(&demo, cache.path(), &["apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let state = |namespace: &str, name: &str| {
+        let pod = json(&demo, cache.path(), &["-n", namespace, "get", "pod", name]);
+        pod["status"]["containerStatuses"][0]["state"].clone()
+    };
+    eventually(120, "team-a's pod of the private image Running", || state("team-a", "app")["running"].is_object());
+    let borrowers = [
+        pod("team-b", "borrowed", "").replace("POLICY", ""),
+        pod("team-b", "never", "").replace("POLICY", ", imagePullPolicy: Never"),
+    ]
+    .join("---\n");
+    let file = cache.path().join("borrowers.yaml");
+    std::fs::write(&file, borrowers).unwrap();
+    let applied = kubectl(&demo, cache.path(), &["apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    for (name, reason) in [("borrowed", "ImagePullBackOff"), ("never", "ErrImageNeverPull")] {
+        let mut last = serde_json::Value::Null;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while last["waiting"]["reason"] != reason {
+            assert!(std::time::Instant::now() < deadline, "team-b's {name} is not {reason}: {last}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            last = state("team-b", name);
+        }
+    }
+    let told = |name: &str, reason: &str, words: &str| {
+        let selector = format!("involvedObject.name={name}");
+        let events = json(&demo, cache.path(), &["-n", "team-b", "get", "events", "--field-selector", &selector]);
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.contains(words)))
+    };
+    eventually(30, "the registry's refusal told to team-b", || told("borrowed", "Failed", "Failed to pull image"));
+    eventually(30, "the Never pod's Event saying why", || {
+        told("never", "ErrImageNeverPull", "credentials have not pulled it")
+    });
+    for name in ["borrowed", "never"] {
+        assert!(state("team-b", name)["running"].is_null(), "team-b's {name} ran team-a's private image");
+    }
+
     // A digest the registry does not have, and a registry nobody serves: ErrImagePull, then ImagePullBackOff.
     // The container's waiting reason goes from ErrImagePull (a moment, after each try) to ImagePullBackOff (until
     // the next try); the kubelet's Events tell both.
@@ -196,8 +272,8 @@ spec:
     let node_dir = data.path().join("nodes/nest-node-0");
     let node_dir = node_dir.to_str().unwrap();
     let images = nest(&["image", "list", "--data-dir", node_dir]);
-    assert_eq!(images.lines().count(), 1, "{images}");
-    assert!(images.contains(&reference), "{images}");
+    assert_eq!(images.lines().count(), 2, "{images}");
+    assert!(images.contains(&reference) && images.contains(&app), "{images}");
 
     // An archive imported into the node's store runs from it, under the name the archive gives it.
     let imported = nest(&["image", "import", archive_path, "--data-dir", node_dir]);
@@ -236,4 +312,36 @@ fn eventually_get(address: &str, path: &str) -> String {
         stream.read_to_string(&mut answer).is_ok() && answer.starts_with("HTTP/1.1 200")
     });
     answer
+}
+
+#[test]
+fn an_image_over_the_nodes_size_limit_is_not_pulled_and_leaves_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let registry = registry(work.path());
+    let archive = work.path().join("nest.tar");
+    let archive_path = archive.to_str().unwrap();
+    nest(&["image", "build", "--output", archive_path]);
+    let reference = format!("{}/tools/big:v1", registry.address);
+    nest(&["image", "push", archive_path, &reference]);
+    let node = work.path().join("node");
+    let node = node.to_str().unwrap();
+
+    // nest's image is megabytes: a node whose limit is 1 MiB refuses it before fetching a layer.
+    let pull = |limit: &str| {
+        let args = ["image", "pull", &reference, "--data-dir", node, "--image-size-limit", limit];
+        Command::new(env!("CARGO_BIN_EXE_nest")).args(args).output().unwrap()
+    };
+    let refused = pull("1Mi");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "pulled past the limit");
+    assert!(stderr.contains("more than this node's image size limit of 1048576 bytes"), "{stderr}");
+    let blobs = || std::fs::read_dir(work.path().join("node/images/blobs/sha256")).unwrap().count();
+    assert_eq!(blobs(), 0, "a refused image left blobs behind");
+    assert!(nest(&["image", "list", "--data-dir", node]).is_empty());
+
+    // Within the limit it is pulled, with all its blobs.
+    let pulled = pull("1Gi");
+    assert!(pulled.status.success(), "{}", String::from_utf8_lossy(&pulled.stderr));
+    assert!(nest(&["image", "list", "--data-dir", node]).contains(&reference));
+    assert!(blobs() >= 3, "manifest, config and layer");
 }

@@ -47,6 +47,8 @@ pub struct Config {
     pub pull_from: Vec<String>,
     /// The node's name, as its Events give it.
     pub node: String,
+    /// The most bytes an image may be, its blobs as pulled and its files once unpacked.
+    pub image_size_limit: u64,
 }
 
 /// Where a container's process comes from.
@@ -96,7 +98,8 @@ impl Runtime {
         }
         let programs = config.allowlist.entries.iter().map(|e| e.executable.clone()).collect();
         let sandboxes = sandbox::Sandboxes::new(&config.data_dir, &config.oci_runtime, &config.init, programs)?;
-        let images = crate::images::Store::open(&config.data_dir.join("images"))?;
+        let images =
+            crate::images::Store::open(&config.data_dir.join("images"))?.with_size_limit(config.image_size_limit);
         Ok(Runtime {
             client,
             config,
@@ -165,7 +168,19 @@ impl Runtime {
     ) -> Result<crate::images::Image, PrepareError> {
         let image = container.image.as_deref().unwrap_or_default();
         let policy = pull_policy(container);
+        let mut auth = crate::images::Auth::default();
+        for secret in pod.spec.iter().flat_map(|s| s.image_pull_secrets.iter().flatten()) {
+            if let Some(data) = sources.secret(&secret.name).await? {
+                for key in [".dockerconfigjson", ".dockercfg"] {
+                    if let Some(json) = data.get(key) {
+                        auth.add_docker_config(json);
+                    }
+                }
+            }
+        }
         let stored = self.images.lookup(image);
+        // A stored image pulled with credentials this pod does not hold is, for this pod, not present.
+        let unverified = stored.as_ref().is_some_and(|found| !self.images.may_use(found, &auth));
         let insecure = self.may_pull(image);
         let about = crate::about(pod).container(&container.name, init);
         let present = |found: crate::images::Image| async {
@@ -174,8 +189,29 @@ impl Runtime {
             Ok(found)
         };
         match (stored, insecure) {
-            (Some(found), _) if policy != "Always" => return present(found).await,
-            (Some(found), None) => return present(found).await,
+            (Some(_), _) if unverified && policy == "Never" => {
+                return Err(PrepareError::Pull {
+                    image: image.into(),
+                    message: format!(
+                        "Container image \"{image}\" is present on the machine, but the pod's credentials have not \
+                         pulled it, and its pull policy is Never"
+                    ),
+                    reason: "ErrImageNeverPull",
+                });
+            }
+            (Some(_), None) if unverified => {
+                return Err(PrepareError::Pull {
+                    image: image.into(),
+                    message: format!(
+                        "the pod's credentials have not pulled {image:?}, and this node does not pull from its \
+                         registry (see --pull-from)"
+                    ),
+                    reason: "ErrImagePull",
+                });
+            }
+            (Some(found), may_pull) if !unverified && (policy != "Always" || may_pull.is_none()) => {
+                return present(found).await;
+            }
             (None, _) if policy == "Never" => {
                 return Err(PrepareError::Pull {
                     image: image.into(),
@@ -193,16 +229,6 @@ impl Runtime {
             _ => {}
         }
         let uid = pod.uid().unwrap_or_default();
-        let mut auth = crate::images::Auth::default();
-        for secret in pod.spec.iter().flat_map(|s| s.image_pull_secrets.iter().flatten()) {
-            if let Some(data) = sources.secret(&secret.name).await? {
-                for key in [".dockerconfigjson", ".dockercfg"] {
-                    if let Some(json) = data.get(key) {
-                        auth.add_docker_config(json);
-                    }
-                }
-            }
-        }
         let whole = crate::images::normalize(image).map_err(|e| PrepareError::Pull {
             image: image.into(),
             message: e.to_string(),

@@ -6,6 +6,7 @@
 //!   nest's subcommand (`args: [debug, http-echo, …]`).
 //! - `import` adds the images of an OCI archive to a node's store (`<node data dir>/images`).
 //! - `push` sends an archive's image to a registry (plain HTTP to one on this machine).
+//! - `pull` fetches an image from a registry into a node's store, as the node would (within its size limit).
 //! - `list` prints what a node's store holds.
 
 use std::io::Write as _;
@@ -45,6 +46,16 @@ enum Which {
         #[arg(value_name = "REFERENCE")]
         reference: String,
     },
+    /// Pulls REFERENCE from its registry (plain HTTP to one on this machine) into a node's image store, anonymously.
+    Pull {
+        #[arg(value_name = "REFERENCE")]
+        reference: String,
+        #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR", default_value = "nest-data/nodes/nest-node-0")]
+        data_dir: PathBuf,
+        /// The most the image may be, pulled and unpacked (as `nest node --image-size-limit`).
+        #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = crate::cmd::node::parse_bytes)]
+        image_size_limit: u64,
+    },
     /// Lists the images of a node's image store.
     List {
         #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR", default_value = "nest-data/nodes/nest-node-0")]
@@ -65,12 +76,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         Which::Push { archive, reference } => {
-            let host = reference.split('/').next().unwrap_or_default().to_string();
-            let name = host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h);
-            let local = name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-            let insecure = if local { vec![host.clone()] } else { Vec::new() };
-            let digest = nest_node::images::push(&archive, &reference, &insecure).await?;
+            let digest = nest_node::images::push(&archive, &reference, &plain_http(&reference)).await?;
             println!("{reference}@{digest}");
+        }
+        Which::Pull { reference, data_dir, image_size_limit } => {
+            let store = nest_node::images::Store::open(&data_dir.join("images"))?.with_size_limit(image_size_limit);
+            let auth = nest_node::images::Auth::default();
+            let image = store.pull(&reference, &auth, &plain_http(&reference)).await?;
+            println!("{} {}", image.reference, image.id);
         }
         Which::List { data_dir } => {
             let index = std::fs::read_to_string(data_dir.join("images/index.json")).unwrap_or_default();
@@ -82,6 +95,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The registry of `reference` when it is on this machine (spoken to over plain HTTP), else nothing.
+fn plain_http(reference: &str) -> Vec<String> {
+    let host = reference.split('/').next().unwrap_or_default().to_string();
+    let name = host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h);
+    let local = name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if local { vec![host] } else { Vec::new() }
 }
 
 /// The shared libraries `binary` links, as `ldd` lists them (the loader included).

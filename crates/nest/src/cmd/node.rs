@@ -68,6 +68,20 @@ pub struct Args {
     /// HTTPS, with a pod's `imagePullSecrets`.
     #[arg(long, value_name = "REGISTRY")]
     pull_from: Vec<String>,
+    /// The most an image may be (a quantity, as `8Gi`): the sum of its blobs as pulled, and again its files once
+    /// unpacked. A bigger one is not pulled, and its pod waits with `ErrImagePull`.
+    #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = parse_bytes)]
+    image_size_limit: u64,
+}
+
+/// A quantity of bytes, as `8Gi` or `500M`.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let bytes = nest_core::quantity::parse(text);
+    if bytes.is_finite() && bytes >= 1.0 {
+        Ok(bytes as u64)
+    } else {
+        Err(format!("{text:?} is not a positive quantity of bytes"))
+    }
 }
 
 /// The kubelet API's certificates for node `options`, from `--ca-dir` or `--tls-cert-file`; `ca_pem` (from the
@@ -100,6 +114,7 @@ fn options(args: &Args, i: u8) -> nest_node::Options {
     options.process.crash_backoff = Duration::from_secs(args.crash_backoff_seconds);
     options.process.oci_runtime = args.oci_runtime.clone();
     options.process.pull_from = args.pull_from.clone();
+    options.process.image_size_limit = args.image_size_limit;
     if let Some(cidr) = &args.pod_cidr {
         options.pod_cidr = nth_range(cidr, i).unwrap_or_else(|| cidr.clone());
     }

@@ -33,6 +33,9 @@ pub struct Args {
     /// machine, which it always may; repeatable (see `nest node --help`).
     #[arg(long, value_name = "REGISTRY")]
     pull_from: Vec<String>,
+    /// The most an image may be, pulled and unpacked (see `nest node --help`).
+    #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = super::node::parse_bytes)]
+    image_size_limit: u64,
 }
 
 /// The Pod Security level of the `demo` tenant: `baseline`, so that the images people try first (`nginx`, which runs
@@ -122,6 +125,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (cert, key, client_ca) =
         nest_apiserver::certs::issue_kubelet_serving(&args.data_dir.join("pki"), &node.name, &[node.address.parse()?])?;
     node.process.pull_from = args.pull_from.clone();
+    node.process.image_size_limit = args.image_size_limit;
     // Any free port: the API server finds it in the Node's status.
     node.kubelet = Some((nest_node::kubelet::Tls { cert, key, client_ca }, 0));
     let node = tokio::spawn(nest_node::run(client, node, until_stopped(stopped.clone())));
