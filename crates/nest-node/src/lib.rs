@@ -18,6 +18,7 @@ pub mod events;
 pub mod expand;
 pub mod images;
 pub mod kubelet;
+pub mod network;
 pub mod probe;
 pub mod process;
 pub mod proxy;
@@ -104,12 +105,13 @@ pub struct Options {
 
 impl Options {
     /// Node `name` with index `index` (which picks its pod range and address) and a default size. Simulated nodes
-    /// get pod range `10.244.<index>.0/24`; nodes that run processes get the loopback range `127.<index + 1>.0.0/16`.
-    /// Either way the node's own address is `127.0.1.<index + 1>`.
+    /// get pod range `10.244.<index>.0/24`; nodes that run processes get `10.<128 + index>.0.0/16`, each pod in a
+    /// network namespace of its own on the node's bridge (see [`network`]). Either way the node's own address is
+    /// `127.0.1.<index + 1>`.
     pub fn numbered(name: String, index: u8, mode: Mode, data_dir: &std::path::Path) -> Options {
         let pod_cidr = match mode {
             Mode::Simulated => format!("10.244.{index}.0/24"),
-            Mode::Process | Mode::Both => format!("127.{}.0.0/16", index.saturating_add(1)),
+            Mode::Process | Mode::Both => format!("10.{}.0.0/16", index.saturating_add(128)),
         };
         // A loopback address of its own, where its kubelet API listens.
         let address = format!("127.0.1.{}", index.saturating_add(1));
@@ -160,7 +162,11 @@ pub async fn run(
     let pool = addresses::Pool::new(&options.pod_cidr)?;
     let runtime = match options.mode {
         Mode::Simulated => None,
-        Mode::Process | Mode::Both => Some(Arc::new(process::Runtime::new(client.clone(), options.process.clone())?)),
+        Mode::Process | Mode::Both => {
+            let network = network::Network::for_range(&options.name, &options.pod_cidr)?;
+            network.prepare()?;
+            Some(Arc::new(process::Runtime::new(client.clone(), options.process.clone(), network)?))
+        }
     };
     let kubelet = match &options.kubelet {
         Some((tls, port)) => {
@@ -421,7 +427,13 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
                 process::PrepareError::Pull { .. } => Duration::from_secs(1),
                 // A claim is bound a moment after it is made.
                 process::PrepareError::Mount { .. } => Duration::from_millis(500),
+                process::PrepareError::Network(_) => Duration::from_secs(5),
             };
+            if let process::PrepareError::Network(_) = &error
+                && waiting_message(pod) != Some(error.to_string().as_str())
+            {
+                event(pod, context, "Warning", "FailedCreatePodSandBox", &error.to_string()).await?;
+            }
             if let process::PrepareError::Mount { .. } = &error
                 && waiting_message(pod) != Some(error.to_string().as_str())
             {

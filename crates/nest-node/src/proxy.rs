@@ -1,8 +1,11 @@
-//! The service proxy: what kube-proxy does, for ClusterIPs inside loopback. For every TCP port of every Service whose
-//! ClusterIP lies in 127.0.0.0/8 (the embedded cluster's service range is `127.96.0.0/16`), it listens on
-//! `<clusterIP>:<port>` and forwards each connection to a ready endpoint from the Service's EndpointSlices, taking
-//! them in turn. A Service without ready endpoints has no listener, so connections are refused, as kube-proxy's
-//! REJECT rule refuses them. Listeners follow Services and EndpointSlices as they change.
+//! The service proxy: what kube-proxy does, for ClusterIPs this machine holds. For every TCP port of every Service
+//! whose ClusterIP lies in 127.0.0.0/8 or in a Service range given to [`run`] (`nest up`'s is `10.96.0.0/16`), it
+//! listens on `<clusterIP>:<port>` and forwards each connection to a ready endpoint from the Service's
+//! EndpointSlices, taking them in turn. A given range is made local to this machine first (`ip route replace local
+//! <range> dev lo table local`, as 127.0.0.0/8 is), so that the proxy may listen on any of its addresses and pods in
+//! their own network namespaces, routed to this machine through their node's bridge, reach them. A Service without
+//! ready endpoints has no listener, so connections are refused, as kube-proxy's REJECT rule refuses them. Listeners
+//! follow Services and EndpointSlices as they change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -31,8 +34,30 @@ impl Drop for Listener {
     }
 }
 
-/// Runs the proxy until the watches end.
-pub async fn run(client: Client) {
+/// Runs the proxy until the watches end, serving loopback ClusterIPs and those of `service_ranges`.
+pub async fn run(client: Client, service_ranges: Vec<String>) {
+    let mut local = Vec::new();
+    for range in &service_ranges {
+        match crate::addresses::Pool::new(range) {
+            Ok(pool) => local.push(pool),
+            Err(error) => tracing::warn!(%error, "not a Service range"),
+        }
+        let out = std::process::Command::new("ip")
+            .args(["route", "replace", "local", range, "dev", "lo"])
+            .arg("table")
+            .arg("local")
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                tracing::warn!(%range, error = %String::from_utf8_lossy(&out.stderr).trim(), "making a Service range local")
+            }
+            Err(error) => tracing::warn!(%range, %error, "making a Service range local (is iproute2 installed?)"),
+        }
+    }
+    let served = move |ip: &IpAddr| {
+        ip.is_loopback() || matches!(ip, IpAddr::V4(v4) if local.iter().any(|range| range.contains(*v4)))
+    };
     let (services, services_writer) = reflector::store::<Service>();
     let (slices, slices_writer) = reflector::store::<EndpointSlice>();
     let service_events = reflector(services_writer, watcher(Api::<Service>::all(client.clone()), Default::default()))
@@ -46,7 +71,7 @@ pub async fn run(client: Client) {
     while changes.next().await.is_some() {
         // Coalesce a burst of changes into one update.
         while let Some(Some(())) = futures_util::FutureExt::now_or_never(changes.next()) {}
-        let table = table(&services.state(), &slices.state());
+        let table = table(&services.state(), &slices.state(), &served);
         listeners.retain(|address, _| table.contains_key(address));
         for (address, backends) in table {
             match listeners.get(&address) {
@@ -62,8 +87,8 @@ pub async fn run(client: Client) {
     }
 }
 
-/// The addresses to serve: every TCP port of every loopback ClusterIP that has ready endpoints.
-fn table(services: &[Arc<Service>], slices: &[Arc<EndpointSlice>]) -> Table {
+/// The addresses to serve: every TCP port of every ClusterIP `served` takes that has ready endpoints.
+fn table(services: &[Arc<Service>], slices: &[Arc<EndpointSlice>], served: &impl Fn(&IpAddr) -> bool) -> Table {
     let mut table = Table::new();
     for service in services {
         let spec = service.spec.clone().unwrap_or_default();
@@ -73,7 +98,7 @@ fn table(services: &[Arc<Service>], slices: &[Arc<EndpointSlice>]) -> Table {
             .flatten()
             .chain(spec.cluster_ip.iter())
             .filter_map(|ip| ip.parse().ok())
-            .filter(IpAddr::is_loopback)
+            .filter(|ip| served(ip))
             .collect();
         if cluster_ips.is_empty() {
             continue;

@@ -124,9 +124,35 @@ spec:
         line.split_whitespace().skip(1).map(|n| n.parse().unwrap()).collect()
     };
     assert!(ids("Uid:").iter().chain(&ids("Gid:")).all(|id| *id != 0), "thief runs as root on the host: {status}");
-    for kind in ["pid", "mnt", "user", "ipc", "uts"] {
+    for kind in ["pid", "mnt", "user", "ipc", "uts", "net"] {
         assert_ne!(namespace(&pid, kind), namespace("self", kind), "thief shares the host's {kind} namespace");
     }
+
+    // Its network is its own: the host's loopback, where the management API server listens, is not in it; another
+    // pod's address cannot be taken; a port below 1024 can; Services are reached through the node's bridge.
+    let kubeconfig = std::fs::read_to_string(&admin).unwrap();
+    let server = kubeconfig.lines().find_map(|l| l.trim().strip_prefix("server: https://")).unwrap().to_string();
+    let field = |args: &[&str], path: &str| {
+        let out =
+            kubectl(&admin, cache.path(), &[args, &["-n", "default", "-o", &format!("jsonpath={path}")]].concat());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let other_pod = format!("{}:7000", field(&["get", "pod", "demo-apiserver-0"], "{.status.podIP}"));
+    let service = format!("{}:6443", field(&["get", "service", "demo-apiserver"], "{.spec.clusterIP}"));
+    let prober = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: prober}}\nspec:\n  containers:\n  - {{name: main, image: nest, \
+         args: [debug, connect, '{server}', '{service}', --bind, '{other_pod}', --bind, '0.0.0.0:80']}}\n"
+    );
+    let file = cache.path().join("prober.yaml");
+    std::fs::write(&file, prober).unwrap();
+    let applied = kubectl(&demo, cache.path(), &["apply", "-f", &file.display().to_string()]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    eventually(90, "prober's output", || logs("prober").contains("0.0.0.0:80"));
+    let printed = logs("prober");
+    assert!(printed.contains(&format!("{server}: Connection refused")), "the host's loopback reached: {printed}");
+    assert!(printed.contains(&format!("{service} connected")), "its API server's Service not reached: {printed}");
+    assert!(printed.contains(&format!("{other_pod}: Cannot assign requested address")), "took an address: {printed}");
+    assert!(printed.contains("0.0.0.0:80 bound"), "{printed}");
 
     // Over its memory limit: killed by the kernel, reported OOMKilled, restarted.
     eventually(90, "hog OOMKilled and restarted", || {

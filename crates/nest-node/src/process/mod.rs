@@ -76,6 +76,8 @@ pub struct Runtime {
     sandboxes: sandbox::Sandboxes,
     /// Pods started by this node and not yet removed, by UID.
     pods: Mutex<HashMap<String, Arc<PodRun>>>,
+    /// Where pods' processes talk from.
+    network: crate::network::Network,
     images: crate::images::Store,
     /// Pods whose image pulls failed, by UID.
     pulls: Mutex<HashMap<String, PullBackOff>>,
@@ -87,7 +89,7 @@ impl Runtime {
     /// saying what to install, when the OCI runtime cannot run.
     ///
     /// A relative `data_dir` is made absolute first: the paths of volumes handed to the OCI runtime are beneath it.
-    pub fn new(client: Client, mut config: Config) -> anyhow::Result<Runtime> {
+    pub fn new(client: Client, mut config: Config, network: crate::network::Network) -> anyhow::Result<Runtime> {
         let preparing = |e: std::io::Error| anyhow::anyhow!("preparing {}: {e}", config.data_dir.display());
         config.data_dir = std::path::absolute(&config.data_dir).map_err(preparing)?;
         let preparing = |e: std::io::Error| anyhow::anyhow!("preparing {}: {e}", config.data_dir.display());
@@ -105,6 +107,7 @@ impl Runtime {
             config,
             sandboxes,
             pods: Mutex::new(HashMap::new()),
+            network,
             images,
             pulls: Mutex::new(HashMap::new()),
         })
@@ -328,8 +331,12 @@ impl Runtime {
             launches.push(launch);
         }
         self.sandboxes.own_volumes(pod, &pod_dir, &claims_dir, base)?;
+        let address =
+            facts.pod_ip.parse().map_err(|_| PrepareError::Network(format!("no address: {:?}", facts.pod_ip)))?;
+        let netns =
+            self.network.add(&uid, address, &pod_dir).await.map_err(|e| PrepareError::Network(e.to_string()))?;
         for (container, launch) in containers.iter().zip(&mut launches) {
-            let sandboxed = self.sandboxes.prepare(pod, container, launch, facts.pod_ip, base)?;
+            let sandboxed = self.sandboxes.prepare(pod, container, launch, facts.pod_ip, netns.as_deref(), base)?;
             launch.sandbox = Some(Arc::new(sandboxed));
         }
         let setting = supervise::Setting {
@@ -360,6 +367,7 @@ impl Runtime {
         if let Some(run) = run {
             run.stop(Duration::ZERO).await;
         }
+        self.network.remove(uid, &self.pod_dir(uid)).await;
         let _ = std::fs::remove_dir_all(self.pod_dir(uid));
         self.sandboxes.remove_pod(uid);
     }
@@ -385,6 +393,7 @@ impl Runtime {
                 let older = entry.metadata().and_then(|m| m.modified()).is_ok_and(|made| made < listed);
                 if !live.contains(&uid) && !self.knows(&uid) && older {
                     supervise::kill_leftovers(&entry.path().join("pids"));
+                    self.network.remove(&uid, &entry.path()).await;
                     let _ = std::fs::remove_dir_all(entry.path());
                     self.sandboxes.remove_pod(&uid);
                 }
@@ -395,9 +404,14 @@ impl Runtime {
     /// Stops every pod, each within `grace`, without reporting it stopped: the node is shutting down, and starts the
     /// pods again when it comes back.
     pub async fn stop_all(&self, grace: Duration) {
-        let runs: Vec<Arc<PodRun>> = self.pods().values().cloned().collect();
-        futures_util::future::join_all(runs.iter().map(|run| run.stop_silently(grace))).await;
+        let runs: Vec<(String, Arc<PodRun>)> =
+            self.pods().iter().map(|(uid, run)| (uid.clone(), run.clone())).collect();
+        futures_util::future::join_all(runs.iter().map(|(_, run)| run.stop_silently(grace))).await;
         self.sandboxes.forget_all();
+        // Nothing runs in their network namespaces any more; the pods get new ones when they start again.
+        for (uid, _) in &runs {
+            self.network.remove(uid, &self.pod_dir(uid)).await;
+        }
     }
 
     /// Restart counts of the pod's containers as last reported, so a restarted node keeps counting.

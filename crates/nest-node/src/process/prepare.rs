@@ -32,6 +32,10 @@ pub enum PrepareError {
     /// waits (`ContainerCreating`), with a `FailedMount` Event, as the kubelet's volume manager does.
     #[error("Unable to attach or mount volumes: unmounted volumes=[{volume}]: {message}")]
     Mount { volume: String, message: String },
+    /// The pod's network namespace could not be set up: the pod waits (`ContainerCreating`), with a
+    /// `FailedCreatePodSandBox` Event, as the kubelet's does.
+    #[error("Failed to create pod sandbox: {0}")]
+    Network(String),
     /// The image could not be pulled (or found, where the pull policy is `Never`).
     #[error("{message}")]
     Pull {
@@ -50,7 +54,7 @@ impl PrepareError {
             PrepareError::Config(_) | PrepareError::Api(_) => "CreateContainerConfigError",
             PrepareError::Io(_) => "CreateContainerError",
             PrepareError::Pull { reason, .. } => reason,
-            PrepareError::Mount { .. } => "ContainerCreating",
+            PrepareError::Mount { .. } | PrepareError::Network(_) => "ContainerCreating",
         }
     }
 }

@@ -346,6 +346,7 @@ impl Sandboxes {
         container: &Container,
         launch: &Launch,
         pod_ip: &str,
+        netns: Option<&Path>,
         base: u32,
     ) -> Result<Sandboxed, PrepareError> {
         let uid = pod.uid().unwrap_or_default();
@@ -431,6 +432,9 @@ impl Sandboxes {
             ]
             .into_iter()
             .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
+            .chain(
+                netns.map(|path| LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::Network).path(path).build()),
+            )
             .collect::<Result<Vec<_>, _>>()?;
             let mapping = LinuxIdMappingBuilder::default().container_id(0u32).host_id(base).size(RANGE).build()?;
             let linux = LinuxBuilder::default()

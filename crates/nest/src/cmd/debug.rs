@@ -5,6 +5,8 @@
 //!   `--healthy-for-seconds` have passed, for liveness probes.
 //! - `exit --code N`: prints a line and exits with code N after `--after-ms`, for restart back-off.
 //! - `cat FILE…`: prints files (what a volume holds) and environment variables (`--env NAME`), then sleeps.
+//! - `connect ADDR:PORT…`: tries to connect to each address (and to listen on each `--bind` one), printing a line
+//!   for each (`ADDR connected` or `ADDR: <error>`), then sleeps: what a pod can reach.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +43,13 @@ pub enum Debug {
         #[arg(long = "env", value_name = "NAME")]
         env: Vec<String>,
     },
+    /// Tries to connect to each address, and to listen on each `--bind` address; prints what happened, then sleeps.
+    Connect {
+        #[arg(value_name = "ADDR:PORT")]
+        addresses: Vec<SocketAddr>,
+        #[arg(long = "bind", value_name = "ADDR:PORT")]
+        binds: Vec<SocketAddr>,
+    },
 }
 
 pub async fn run(which: Debug) -> anyhow::Result<()> {
@@ -70,6 +79,28 @@ pub async fn run(which: Debug) -> anyhow::Result<()> {
             }
             for name in &env {
                 println!("${name}={}", std::env::var(name).unwrap_or_default());
+            }
+            super::shutdown_signal().await;
+            Ok(())
+        }
+        Debug::Connect { addresses, binds } => {
+            for address in &addresses {
+                let tried = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(address)).await;
+                match tried {
+                    Ok(Ok(_)) => println!("{address} connected"),
+                    Ok(Err(error)) => println!("{address}: {error}"),
+                    Err(_) => println!("{address}: timed out"),
+                }
+            }
+            let mut held = Vec::new();
+            for address in &binds {
+                match std::net::TcpListener::bind(address) {
+                    Ok(listener) => {
+                        println!("{address} bound");
+                        held.push(listener);
+                    }
+                    Err(error) => println!("{address}: {error}"),
+                }
             }
             super::shutdown_signal().await;
             Ok(())

@@ -1,4 +1,5 @@
-//! `nest proxy`: serves every loopback ClusterIP of the cluster on this machine (see `nest_node::proxy`).
+//! `nest proxy`: serves the cluster's ClusterIPs on this machine: loopback ones, and those of `--service-cidr` (see
+//! `nest_node::proxy`).
 
 use std::path::PathBuf;
 
@@ -7,13 +8,17 @@ pub struct Args {
     /// The cluster whose Services to serve.
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
     kubeconfig: PathBuf,
+    /// A Service range (not loopback) to make local to this machine and serve, so that pods in network namespaces of
+    /// their own reach its ClusterIPs; repeatable.
+    #[arg(long, value_name = "CIDR")]
+    service_cidr: Vec<String>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = nest_client::connect(&args.kubeconfig).await?.client;
     eprintln!("nest proxy: serving ClusterIPs");
     tokio::select! {
-        () = nest_node::proxy::run(client) => anyhow::bail!("the watches of Services and EndpointSlices ended"),
+        () = nest_node::proxy::run(client, args.service_cidr) => anyhow::bail!("the watches of Services and EndpointSlices ended"),
         () = super::shutdown_signal() => {}
     }
     eprintln!("nest proxy: stopped");

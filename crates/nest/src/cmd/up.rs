@@ -1,6 +1,6 @@
 //! `nest up`: a whole cluster on this machine, in one process — the API server on embedded storage, the
 //! controller-manager, the scheduler, one node (`nest-node-0`) that runs allowed pods as processes and simulates
-//! the rest, and the service proxy, which serves every ClusterIP (from `127.96.0.0/16`) on this machine. Ctrl-C stops it (and every process it started); running it again on the same data directory resumes
+//! the rest, and the service proxy, which serves every ClusterIP (from `10.112.0.0/16`) on this machine. Ctrl-C stops it (and every process it started); running it again on the same data directory resumes
 //! where it left off.
 
 use std::net::SocketAddr;
@@ -38,6 +38,11 @@ pub struct Args {
     image_size_limit: u64,
 }
 
+/// The management cluster's Service range: ClusterIPs the proxy serves on this machine. Outside tenants' default
+/// range (`10.96.0.0/12`), so that an address a tenant's Service holds in its own cluster never names one of the
+/// management cluster's Services.
+const SERVICE_CIDR: &str = "10.112.0.0/16";
+
 /// The Pod Security level of the `demo` tenant: `baseline`, so that the images people try first (`nginx`, which runs
 /// as root in its user namespace) run, while host namespaces, privileges, extra capabilities and host paths stay
 /// refused.
@@ -71,8 +76,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         listen: args.listen,
         token_file: None,
         extra_sans: Vec::new(),
-        // Inside loopback, so that a proxy on this machine can serve every ClusterIP.
-        service_cidr: "127.96.0.0/16".parse().expect("a valid range"),
+        // The proxy makes it local to this machine, where pods reach it through the node's bridge.
+        service_cidr: SERVICE_CIDR.parse().expect("a valid range"),
         ca_files: None,
         kubernetes_version: None,
         pod_security: Default::default(),
@@ -107,11 +112,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
     tokio::spawn(nest_scheduler::run(client.clone()));
-    tokio::spawn(nest_node::proxy::run(client.clone()));
+    tokio::spawn(nest_node::proxy::run(client.clone(), vec![SERVICE_CIDR.to_string()]));
+    let mut node =
+        nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
+    // The node's bridge, before anything listens on its address: the syncer's kubelet endpoints, which tenants'
+    // API servers (pods) reach there.
+    let network = nest_node::network::Network::for_range(&node.name, &node.pod_cidr)?;
+    network.prepare()?;
     tokio::spawn(super::manager::manage(client.clone(), Default::default(), nest_capn::controllers::Set::ALL, true));
     let syncing = nest_syncer::Options {
         custom: args.sync_resources.clone(),
         pod_security: args.pod_security_level,
+        kubelet_address: network.host_address().map_or(std::net::Ipv4Addr::LOCALHOST, |a| a).into(),
         ..Default::default()
     };
     tokio::spawn(nest_syncer::run(client.clone(), syncing));
@@ -120,8 +132,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if demo {
         tokio::spawn(create_demo(client.clone(), marker));
     }
-    let mut node =
-        nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
     let (cert, key, client_ca) =
         nest_apiserver::certs::issue_kubelet_serving(&args.data_dir.join("pki"), &node.name, &[node.address.parse()?])?;
     node.process.pull_from = args.pull_from.clone();
