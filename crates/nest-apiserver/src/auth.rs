@@ -17,7 +17,7 @@ pub struct User {
 }
 
 impl User {
-    fn new(name: String, mut groups: Vec<String>) -> User {
+    pub(crate) fn new(name: String, mut groups: Vec<String>) -> User {
         if !groups.iter().any(|g| g == "system:authenticated") {
             groups.push("system:authenticated".into());
         }

@@ -1,5 +1,6 @@
 //! Authorization: whether a user may do what a request asks, as kube-apiserver's `--authorization-mode` decides
-//! (1.33). `RBAC` (the default) evaluates the Roles, ClusterRoles (with aggregation) and their bindings stored in
+//! (1.33). `Node,RBAC` (the default) first asks the Node authorizer ([`crate::node_authz`]) about nodes'
+//! credentials, then RBAC, which evaluates the Roles, ClusterRoles (with aggregation) and their bindings stored in
 //! this server, as `k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac` does; `AlwaysAllow` lets everything through.
 //! Members of `system:masters` may do everything whatever the mode, as kube-apiserver's privileged group. A refusal
 //! is a 403 with upstream's message. Creating or changing a binding, or a role, is also checked for escalation: a
@@ -17,16 +18,27 @@ use crate::auth::User;
 pub enum Mode {
     AlwaysAllow,
     Rbac,
+    /// `Node,RBAC`: the Node authorizer, then RBAC.
+    NodeRbac,
+}
+
+impl Mode {
+    /// Whether RBAC decides (alone or after the Node authorizer).
+    pub fn rbac(self) -> bool {
+        self != Mode::AlwaysAllow
+    }
 }
 
 impl std::str::FromStr for Mode {
     type Err = String;
 
     fn from_str(text: &str) -> std::result::Result<Mode, String> {
-        match text {
-            "AlwaysAllow" => Ok(Mode::AlwaysAllow),
-            "RBAC" => Ok(Mode::Rbac),
-            other => Err(format!("{other:?} is not an authorization mode nest serves (AlwaysAllow, RBAC)")),
+        let modes: BTreeSet<&str> = text.split(',').map(str::trim).filter(|m| !m.is_empty()).collect();
+        match modes.iter().copied().collect::<Vec<_>>()[..] {
+            ["AlwaysAllow"] => Ok(Mode::AlwaysAllow),
+            ["RBAC"] => Ok(Mode::Rbac),
+            ["Node", "RBAC"] => Ok(Mode::NodeRbac),
+            _ => Err(format!("{text:?} is not an authorization mode nest serves (Node,RBAC; RBAC; AlwaysAllow)")),
         }
     }
 }
@@ -250,12 +262,26 @@ fn forbidden(user: &User, action: &Action) -> ApiError {
 
 /// Whether `user` may take `action` under `mode`; a 403 if not.
 pub async fn authorize(registry: &Registry, mode: Mode, user: &User, action: &Action<'_>) -> Result<()> {
-    if allowed(registry, mode, user, action).await? { Ok(()) } else { Err(forbidden(user, action)) }
+    if allowed(registry, mode, user, action).await? {
+        return Ok(());
+    }
+    let mut error = forbidden(user, action);
+    let node = crate::node_authz::node_name(user).filter(|_| mode == Mode::NodeRbac);
+    if let Some(reason) = node.and_then(|node| crate::node_authz::refusal(node, action)) {
+        error.message = format!("{}: {reason}", error.message);
+    }
+    Err(error)
 }
 
 /// Whether `user` may take `action` under `mode`.
 pub async fn allowed(registry: &Registry, mode: Mode, user: &User, action: &Action<'_>) -> Result<bool> {
     if mode == Mode::AlwaysAllow || user.groups.iter().any(|g| g == "system:masters") {
+        return Ok(true);
+    }
+    if mode == Mode::NodeRbac
+        && let Some(node) = crate::node_authz::node_name(user)
+        && crate::node_authz::allows(registry, node, action).await?
+    {
         return Ok(true);
     }
     let policy = Policy { registry };

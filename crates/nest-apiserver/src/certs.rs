@@ -189,6 +189,21 @@ pub fn issue_kubelet_serving(pki_dir: &Path, node: &str, ips: &[IpAddr]) -> anyh
     Ok((pair.cert, pair.key, ca.0.cert))
 }
 
+/// A client certificate for `user` in `group` (its organization), issued by the CA in `pki_dir`; returns
+/// (certificate PEM, key PEM, CA certificate PEM).
+pub fn issue_client(pki_dir: &Path, user: &str, group: Option<&str>) -> anyhow::Result<(String, String, String)> {
+    let ca = Ca(load(pki_dir, "ca")?.with_context(|| format!("no ca.crt and ca.key in {}", pki_dir.display()))?);
+    let leaf = Leaf {
+        common_name: user,
+        organization: group,
+        names: Vec::new(),
+        usage: Usage::Client,
+        validity: nest_pki::LEAF_VALIDITY,
+    };
+    let pair = ca.issue(&leaf)?;
+    Ok((pair.cert, pair.key, ca.0.cert))
+}
+
 /// A kubeconfig for `user` with embedded certificates, pointing at `server`.
 pub fn kubeconfig(server: &str, ca_pem: &str, cert_pem: &str, key_pem: &str, user: &str) -> String {
     nest_pki::kubeconfig(server, ca_pem, &Pair { cert: cert_pem.into(), key: key_pem.into() }, user)

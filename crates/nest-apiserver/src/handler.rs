@@ -37,6 +37,8 @@ pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 pub struct State {
     pub registry: Registry,
     pub tokens: Tokens,
+    /// Issues and checks ServiceAccount tokens ([`crate::tokens`]).
+    pub service_accounts: crate::tokens::Issuer,
     /// `host:port` clients reach this server at.
     pub address: String,
     /// How this server calls nodes' kubelet APIs.
@@ -381,9 +383,13 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
     // Health and version are open to anyone, as in kube-apiserver's default RBAC.
     let open = matches!(path.as_str(), "/version" | "/healthz" | "/livez" | "/readyz")
         || ["/healthz/", "/livez/", "/readyz/"].iter().any(|prefix| path.starts_with(prefix));
-    let token_user =
-        request.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| state.tokens.user(v));
-    let user = cert_user.or(token_user);
+    let user = match cert_user {
+        Some(user) => Some(user),
+        None => match request.headers.get("authorization").and_then(|v| v.to_str().ok()) {
+            Some(authorization) => bearer_user(state, authorization).await,
+            None => None,
+        },
+    };
     let user = match &user {
         Some(real) => Some(impersonated(state, real, &request.headers).await?),
         None => None,
@@ -444,6 +450,14 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         ["apis", group] => discovery_get(discovery::api_group(&catalog, group)),
         ["apis", group, version] => discovery_get(discovery::api_resource_list(&catalog, group, version)),
         ["openapi", "v3"] => discovery_get(Some(crate::openapi::index(&catalog))),
+        [".well-known", "openid-configuration"] => {
+            discovery_get(Some(state.service_accounts.discovery(&state.address)))
+        }
+        ["openid", "v1", "jwks"] => {
+            let mut response = discovery_get(Some(state.service_accounts.jwks()))?;
+            response.headers_mut().insert("content-type", "application/jwk-set+json".parse().expect("a header value"));
+            Ok(response)
+        }
         ["openapi", "v3", "api", version] | ["openapi", "v3", "apis", "", version] => {
             openapi_document(&method, crate::openapi::document(&catalog, "", version))
         }
@@ -570,6 +584,15 @@ fn content_type(request: &hyper::http::request::Parts) -> String {
 
 /// Who a request acts as: its sender, or whom it impersonates (`Impersonate-User`, `Impersonate-Group`: `kubectl
 /// --as`, `--as-group`) if the sender may `impersonate` them, as kube-apiserver's impersonation filter decides.
+/// The user of an `Authorization` header: a static token's, else a ServiceAccount token's.
+async fn bearer_user(state: &Arc<State>, authorization: &str) -> Option<User> {
+    if let Some(user) = state.tokens.user(authorization) {
+        return Some(user);
+    }
+    let token = authorization.strip_prefix("Bearer ").or_else(|| authorization.strip_prefix("bearer "))?.trim();
+    state.service_accounts.authenticate(&state.registry, token, &[]).await.map(|(user, _)| user)
+}
+
 async fn impersonated(state: &Arc<State>, real: &User, headers: &hyper::HeaderMap) -> Result<User> {
     let texts = |name: &str| -> Vec<String> {
         headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect()
@@ -683,6 +706,12 @@ async fn resource_request(
     {
         let object = decode_object(&content_type(request), &body)?;
         let kind = target.resource.info.kind.clone();
+        if kind == "TokenReview" {
+            let mut review = state.service_accounts.review(&state.registry, &object).await;
+            review["apiVersion"] = json!(target.resource.info.api_version());
+            review["kind"] = json!(kind);
+            return Ok(json_response(StatusCode::CREATED, &review));
+        }
         if let Some(answer) = crate::reviews::answer(
             &state.registry,
             state.authorization,
@@ -869,6 +898,12 @@ async fn serve_resource(
                 })
                 .await?;
             Ok(json_response(StatusCode::OK, &scale_of(&info, &updated)))
+        }
+        // TokenRequest: answered with a token this server signs, never stored.
+        (&Method::POST, Some(name), Some("token")) if info.group.is_empty() && info.plural == "serviceaccounts" => {
+            let body = decode_object(&content_type, &body)?;
+            let answer = state.service_accounts.token_request(registry, ns, name, &body).await?;
+            Ok(json_response(StatusCode::CREATED, &answer))
         }
         // A kind's own subresource (`pods/binding` is created, `namespaces/finalize` updated): its strategy writes it.
         (&Method::POST | &Method::PUT, Some(name), Some(sub))

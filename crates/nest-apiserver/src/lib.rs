@@ -16,10 +16,12 @@ pub mod discovery;
 pub mod handler;
 pub mod limits;
 pub mod logs;
+pub mod node_authz;
 pub mod openapi;
 pub mod protobuf;
 pub mod reviews;
 pub mod table;
+pub mod tokens;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,6 +63,8 @@ pub struct Config {
     pub limits: limits::Limits,
     /// How requests are authorized (`--authorization-mode`).
     pub authorization: authz::Mode,
+    /// ServiceAccount tokens: issuer, audiences, keys.
+    pub service_accounts: tokens::Config,
 }
 
 /// A server that is listening.
@@ -103,6 +107,7 @@ pub async fn serve(
         Some(path) => Tokens::load(path)?,
         None => Tokens::default(),
     };
+    let service_accounts = tokens::Issuer::load(&config.service_accounts, &config.data_dir)?;
     let admission = nest_registry::admission::Chain::with_pod_security(config.pod_security.clone());
     let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr).with_admission(admission);
     registry.bootstrap(address.port()).await?;
@@ -113,6 +118,7 @@ pub async fn serve(
     let state = Arc::new(State {
         registry,
         tokens,
+        service_accounts,
         address: host,
         kubelet_tls,
         kubernetes_version,

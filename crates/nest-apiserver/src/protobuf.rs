@@ -79,6 +79,8 @@ messages!(
         k8s_pb::api::authorization::v1::LocalSubjectAccessReview
     ),
     ("authentication.k8s.io", "v1", "SelfSubjectReview", k8s_pb::api::authentication::v1::SelfSubjectReview),
+    ("authentication.k8s.io", "v1", "TokenRequest", k8s_pb::api::authentication::v1::TokenRequest),
+    ("authentication.k8s.io", "v1", "TokenReview", k8s_pb::api::authentication::v1::TokenReview),
     ("meta.k8s.io", "v1", "DeleteOptions", k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions),
 );
 

@@ -74,7 +74,7 @@ async fn access(registry: &Registry, mode: Mode, user: &User, spec: &Value, name
         return Err(ApiError::bad_request("spec.resourceAttributes or spec.nonResourceAttributes is required"));
     };
     let mut status = json!({"allowed": allowed});
-    if allowed && mode == Mode::Rbac {
+    if allowed && mode.rbac() {
         status["reason"] = json!("allowed by RBAC");
     }
     Ok(status)

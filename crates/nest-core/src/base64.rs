@@ -1,5 +1,5 @@
 //! Standard base64 (RFC 4648, with padding), as Kubernetes writes `[]byte` fields: Secret data, continue tokens,
-//! certificates in kubeconfigs.
+//! certificates in kubeconfigs; and base64url without padding, for JSON Web Tokens.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -7,6 +7,11 @@ use base64::engine::general_purpose::STANDARD;
 /// `bytes` as standard base64 with padding.
 pub fn encode(bytes: impl AsRef<[u8]>) -> String {
     STANDARD.encode(bytes)
+}
+
+/// `bytes` as base64url without padding (RFC 4648 §5), as JSON Web Tokens and Keys write them.
+pub fn encode_url(bytes: impl AsRef<[u8]>) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// The bytes of standard base64 with padding; `None` for anything else (surrounding white space is not allowed).

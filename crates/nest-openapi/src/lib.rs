@@ -134,6 +134,8 @@ kinds!(
     k8s_openapi::api::authorization::v1::SubjectAccessReview,
     k8s_openapi::api::authorization::v1::LocalSubjectAccessReview,
     k8s_openapi::api::authentication::v1::SelfSubjectReview,
+    k8s_openapi::api::authentication::v1::TokenRequest,
+    k8s_openapi::api::authentication::v1::TokenReview,
 );
 
 /// `(group, version, kind)`.

@@ -114,6 +114,11 @@ pub fn key_pair() -> Result<(String, String)> {
     Ok((key.public_key_pem(), key.serialize_pem()))
 }
 
+/// The public key (PEM SubjectPublicKeyInfo) of a PEM PKCS#8 private key.
+pub fn public_key_pem(private_pem: &str) -> Result<String> {
+    Ok(KeyPair::from_pem(private_pem)?.public_key_pem())
+}
+
 /// When a PEM certificate stops being valid.
 pub fn not_after(cert: &str) -> Result<SystemTime> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).map_err(|_| Error::NotACertificate)?;

@@ -22,7 +22,7 @@ enum Command {
     /// A whole cluster on this machine: the API server on embedded storage and the controllers.
     Up(cmd::up::Args),
     /// The Kubernetes-compatible API server.
-    Apiserver(cmd::apiserver::Args),
+    Apiserver(Box<cmd::apiserver::Args>),
     /// The controllers (namespaces, service accounts, …), behind a leader Lease.
     ControllerManager(cmd::controller_manager::Args),
     /// The scheduler: binds pending pods to nodes.
@@ -53,6 +53,8 @@ enum Command {
     /// Prints the CustomResourceDefinitions of the Cluster API provider (Cluster, NestedCluster, NestedControlPlane and
     /// its components).
     Crds(cmd::crds::Args),
+    /// Prints a kubeconfig for a user (and group), with a client certificate issued by the cluster CA.
+    Kubeconfig(cmd::kubeconfig::Args),
     /// nest's own image as an OCI archive (build), and a node's image store (import, push, list).
     Image(cmd::image::Args),
     /// Benchmarks that print one JSON line per measured configuration.
@@ -84,7 +86,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Command::Up(args) => runtime.block_on(cmd::up::run(args)),
-        Command::Apiserver(args) => runtime.block_on(cmd::apiserver::run(args)),
+        Command::Apiserver(args) => runtime.block_on(cmd::apiserver::run(*args)),
         Command::ControllerManager(args) => runtime.block_on(cmd::controller_manager::run(args)),
         Command::Scheduler(args) => runtime.block_on(cmd::scheduler::run(args)),
         Command::Node(args) => runtime.block_on(cmd::node::run(args)),
@@ -92,6 +94,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench { which } => runtime.block_on(bench::run(which)),
         Command::Debug { which } => runtime.block_on(cmd::debug::run(which)),
         Command::Crds(args) => cmd::crds::run(args),
+        Command::Kubeconfig(args) => cmd::kubeconfig::run(args),
         Command::Render(args) => cmd::render::run(args),
         Command::Clusterctl(args) => cmd::clusterctl::run(args),
         Command::EtcdMember(args) => cmd::etcd_member::run(args),

@@ -22,13 +22,14 @@ pub mod crd;
 pub mod custom;
 pub mod event;
 pub mod namespace;
+pub mod node_restriction;
 pub mod pod;
 pub mod pod_security;
 pub mod rbac;
 pub mod service;
 pub mod workload;
 
-use crate::catalog::{ALL, Builtin, ResourceInfo};
+use crate::catalog::{ALL, Builtin, ResourceInfo, SubresourceInfo};
 use crate::strategy::{Generic, Strategy};
 
 const NO_COLLECTION_DELETE: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
@@ -50,6 +51,10 @@ const PLAIN: Builtin = Builtin {
     created_status: None,
 };
 
+/// `serviceaccounts/token`: TokenRequest, which the API server answers (it holds the signing key).
+const SERVICE_ACCOUNT_SUBRESOURCES: &[SubresourceInfo] =
+    &[SubresourceInfo { name: "token", kind: "TokenRequest", verbs: &["create"] }];
+
 /// The built-in resources, in discovery order (checked against kube-apiserver 1.33's `/api/v1` and
 /// `/apis/<group>/<version>`).
 #[rustfmt::skip]
@@ -60,7 +65,7 @@ pub(crate) const BUILTINS: &[Builtin] = &[
     Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
     Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
     Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], verbs: ALL, status: false, scale: false, subresources: SERVICE_ACCOUNT_SUBRESOURCES, ..PLAIN },
     Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
     Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", namespaced: false, short: &["no"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
     Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", namespaced: true, short: &["pvc"], categories: &[], verbs: ALL, status: true, scale: false, created_status: Some(r#"{"phase":"Pending"}"#), ..PLAIN },
@@ -94,6 +99,7 @@ pub(crate) const BUILTINS: &[Builtin] = &[
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SubjectAccessReview", plural: "subjectaccessreviews", namespaced: false, verbs: &["create"], ..PLAIN },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "LocalSubjectAccessReview", plural: "localsubjectaccessreviews", namespaced: true, verbs: &["create"], ..PLAIN },
     Builtin { group: "authentication.k8s.io", version: "v1", kind: "SelfSubjectReview", plural: "selfsubjectreviews", namespaced: false, verbs: &["create"], ..PLAIN },
+    Builtin { group: "authentication.k8s.io", version: "v1", kind: "TokenReview", plural: "tokenreviews", namespaced: false, verbs: &["create"], ..PLAIN },
 ];
 
 /// The strategy for a resource.

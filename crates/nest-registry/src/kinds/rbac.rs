@@ -15,7 +15,7 @@ impl Strategy for PathSegmentNames {
 /// The default policy kube-apiserver creates at start (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy`, 1.33), the
 /// parts nest's components and users need: `cluster-admin` for `system:masters`; `admin`, `edit` and `view`, each
 /// aggregating the `system:aggregate-to-*` roles (and `edit` `view`'s, `admin` `edit`'s); discovery, basic-user and
-/// public-info-viewer for everyone; and a role for nest's controller-manager, which runs every controller under one
+/// public-info-viewer for everyone; service-account-issuer-discovery for ServiceAccounts; and a role for nest's controller-manager, which runs every controller under one
 /// identity. Objects that exist are left as they are, so an administrator's changes stay.
 pub fn bootstrap_policy() -> Vec<(&'static str, serde_json::Value)> {
     use serde_json::json;
@@ -118,6 +118,15 @@ pub fn bootstrap_policy() -> Vec<(&'static str, serde_json::Value)> {
             "/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]}]),
             ),
         ),
+        (
+            "clusterroles",
+            role(
+                "system:service-account-issuer-discovery",
+                json!({}),
+                json!([{"nonResourceURLs": ["/.well-known/openid-configuration", "/.well-known/openid-configuration/",
+                    "/openid/v1/jwks", "/openid/v1/jwks/"], "verbs": ["get"]}]),
+            ),
+        ),
         // nest's controller-manager runs every controller under its own identity: what they read, and what they
         // make and change (the garbage collector deletes any kind), but nothing of RBAC's to grant.
         (
@@ -147,6 +156,14 @@ pub fn bootstrap_policy() -> Vec<(&'static str, serde_json::Value)> {
                 "system:public-info-viewer",
                 "system:public-info-viewer",
                 json!([group("system:authenticated"), group("system:unauthenticated")]),
+            ),
+        ),
+        (
+            "clusterrolebindings",
+            binding(
+                "system:service-account-issuer-discovery",
+                "system:service-account-issuer-discovery",
+                json!([group("system:serviceaccounts")]),
             ),
         ),
         (

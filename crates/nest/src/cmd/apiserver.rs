@@ -57,10 +57,24 @@ pub struct Args {
     /// Runtime classes whose pods Pod Security never checks; repeatable.
     #[arg(long = "pod-security-exempt-runtime-class", value_name = "CLASS")]
     pod_security_exempt_runtime_classes: Vec<String>,
-    /// How requests are authorized: `RBAC` (the Roles and bindings stored here; `system:masters` may do everything) or
-    /// `AlwaysAllow`.
-    #[arg(long, value_name = "MODE", default_value = "RBAC")]
+    /// How requests are authorized: `Node,RBAC` (nodes' credentials reach what their pods use, then the Roles and
+    /// bindings stored here decide; `system:masters` may do everything), `RBAC`, or `AlwaysAllow`.
+    #[arg(long, value_name = "MODES", default_value = "Node,RBAC")]
     authorization_mode: nest_apiserver::authz::Mode,
+    /// The issuer ServiceAccount tokens name (`iss`) and must name to be accepted.
+    #[arg(long, value_name = "URL", default_value = nest_apiserver::tokens::DEFAULT_ISSUER)]
+    service_account_issuer: String,
+    /// The private key (PEM, EC P-256 or RSA, PKCS#8) ServiceAccount tokens are signed with; without it, one made in
+    /// DATA_DIR/pki/sa.key.
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
+    service_account_signing_key_file: Option<PathBuf>,
+    /// A public key or certificate (PEM) ServiceAccount tokens may be signed with; repeatable. Without one, the
+    /// signing key's own.
+    #[arg(value_parser = crate::cmd::absolute, long = "service-account-key-file", value_name = "FILE")]
+    service_account_key_files: Vec<PathBuf>,
+    /// The audiences a token must be for to authenticate here (comma-separated); the issuer when unset.
+    #[arg(long, value_name = "AUDIENCES", value_delimiter = ',')]
+    api_audiences: Vec<String>,
     /// Connections open at once; further ones are closed as soon as they are accepted.
     #[arg(long, value_name = "N", default_value_t = nest_apiserver::limits::Limits::default().max_connections)]
     max_connections: usize,
@@ -158,6 +172,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             exempt_runtime_classes: args.pod_security_exempt_runtime_classes.clone(),
         },
         authorization: args.authorization_mode,
+        service_accounts: nest_apiserver::tokens::Config {
+            issuer: args.service_account_issuer.clone(),
+            audiences: args.api_audiences.clone(),
+            signing_key_file: args.service_account_signing_key_file.clone(),
+            key_files: args.service_account_key_files.clone(),
+        },
         limits: nest_apiserver::limits::Limits {
             max_connections: args.max_connections.max(1),
             handshake_timeout: args.tls_handshake_timeout,

@@ -8,6 +8,7 @@ pub mod crds;
 pub mod debug;
 pub mod etcd_member;
 pub mod image;
+pub mod kubeconfig;
 pub mod manager;
 pub mod node;
 pub mod proxy;

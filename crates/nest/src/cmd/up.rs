@@ -82,7 +82,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         kubernetes_version: None,
         pod_security: Default::default(),
         limits: Default::default(),
-        authorization: nest_apiserver::authz::Mode::Rbac,
+        authorization: nest_apiserver::authz::Mode::NodeRbac,
+        service_accounts: Default::default(),
     };
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut stopped: watch::Receiver<bool>| async move {

@@ -1,0 +1,71 @@
+//! NodeRestriction admission, as kube-apiserver's (`plugin/pkg/admission/noderestriction`, 1.33): what a node's
+//! credential (user `system:node:<name>`, group `system:nodes`) writes is its own. It may create, change and delete
+//! only its own Node (and its status) and its own Lease in `kube-node-lease`; of pods, only the status of pods bound
+//! to it, and delete only those; it creates no pods (kube-apiserver lets it create mirror pods of static pods, which
+//! nest's nodes do not run).
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use crate::admission::{self, Operation, Warnings};
+use crate::error::{ApiError, Result};
+use crate::store::Subresource;
+use crate::strategy::Cluster;
+
+/// The NodeRestriction plugin.
+pub struct NodeRestriction;
+
+/// The node a user's credential is, when it is one.
+fn node_of(user: &admission::UserInfo) -> Option<&str> {
+    let name = user.name.strip_prefix("system:node:")?;
+    (!name.is_empty() && user.groups.iter().any(|g| g == "system:nodes")).then_some(name)
+}
+
+impl admission::Validating for NodeRestriction {
+    fn validate<'a>(
+        &'a self,
+        _cluster: Cluster<'a>,
+        request: &'a admission::Request<'a>,
+        object: &'a Value,
+        _warnings: &'a Warnings,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let Some(node) = node_of(request.user) else { return Ok(()) };
+            let refuse = |message: String| Err(ApiError::forbidden(request.info, request.name, message));
+            match (request.info.group.as_str(), request.info.plural.as_str()) {
+                ("", "nodes") if request.name != node => {
+                    refuse(format!("node \"{node}\" is not allowed to modify node \"{}\"", request.name))
+                }
+                ("", "pods") => {
+                    let bound_here = |pod: &Value| pod["spec"]["nodeName"].as_str() == Some(node);
+                    match request.operation {
+                        Operation::Create => refuse(format!(
+                            "pod does not have \"kubernetes.io/config.mirror\" annotation, node \"{node}\" can only \
+                             create mirror pods"
+                        )),
+                        Operation::Update if request.subresource != Subresource::Status => {
+                            refuse(format!("node \"{node}\" can only update pod status"))
+                        }
+                        Operation::Update if !request.old.is_some_and(bound_here) => refuse(format!(
+                            "node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"
+                        )),
+                        Operation::Delete if !bound_here(object) => {
+                            refuse(format!("node \"{node}\" can only delete pods with spec.nodeName set to itself"))
+                        }
+                        _ => Ok(()),
+                    }
+                }
+                ("coordination.k8s.io", "leases") => {
+                    if request.namespace != "kube-node-lease" {
+                        refuse("can only access node lease in the kube-node-lease namespace".into())
+                    } else if request.name != node {
+                        refuse("can only access node lease with the same name as the requesting node".into())
+                    } else {
+                        Ok(())
+                    }
+                }
+                _ => Ok(()),
+            }
+        })
+    }
+}
