@@ -67,6 +67,21 @@ async fn create_demo(client: kube::Client, marker: PathBuf) {
     eprintln!("nest up: could not create the demo cluster");
 }
 
+/// A client of the API server at `address` as node `name` (`system:node:<name>` in `system:nodes`), its kubeconfig
+/// kept in `<data>/nodes/<name>.kubeconfig`.
+async fn node_client(data_dir: &std::path::Path, name: &str, address: &SocketAddr) -> anyhow::Result<kube::Client> {
+    let pki = data_dir.join("pki");
+    let user = format!("system:node:{name}");
+    let (cert, key, ca) = nest_apiserver::certs::issue_client(&pki, &user, Some("system:nodes"))?;
+    let path = data_dir.join("nodes").join(format!("{name}.kubeconfig"));
+    nest_apiserver::certs::create_private_dir(&data_dir.join("nodes"))?;
+    let host =
+        if address.ip().is_unspecified() { format!("127.0.0.1:{}", address.port()) } else { address.to_string() };
+    let server = format!("https://{host}");
+    nest_apiserver::certs::write_private(&path, &nest_apiserver::certs::kubeconfig(&server, &ca, &cert, &key, &user))?;
+    Ok(nest_client::connect(&path).await?.client)
+}
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     nest_apiserver::certs::create_private_dir(&args.data_dir)?;
     let store = nest_storage::embedded::EmbeddedStore::open(args.data_dir.join("store"), Default::default())
@@ -139,7 +154,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     node.process.image_size_limit = args.image_size_limit;
     // Any free port: the API server finds it in the Node's status.
     node.kubelet = Some((nest_node::kubelet::Tls { cert, key, client_ca }, 0));
-    let node = tokio::spawn(nest_node::run(client, node, until_stopped(stopped.clone())));
+    // The node holds a node's credential, not the admin's: the Node authorizer and NodeRestriction keep it to what
+    // its pods use and to its own objects.
+    let node_client = node_client(&args.data_dir, &node.name, &address).await?;
+    let node = tokio::spawn(nest_node::run(node_client, node, until_stopped(stopped.clone())));
     println!(
         "nest is up: API server at https://{address}; controllers, scheduler, node nest-node-0, the service proxy and the syncer running."
     );
