@@ -45,6 +45,12 @@ impl ServiceCidr {
         u32::from(ip).wrapping_sub(self.base) < self.size()
     }
 
+    /// Whether the range lies in loopback (`127.96.0.0/16`): a cluster kept whole on one machine's loopback, whose
+    /// pods listen on loopback addresses too.
+    pub fn is_loopback(&self) -> bool {
+        Ipv4Addr::from(self.base).is_loopback()
+    }
+
     /// The address of the `kubernetes` Service: the first usable one.
     pub fn kubernetes_service_ip(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.base + 1)

@@ -42,6 +42,12 @@ pub trait Strategy: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Checks of a new or changed object that depend on the cluster's configuration (its Service range), after
+    /// [`Strategy::validate`] or [`Strategy::validate_update`].
+    fn validate_in(&self, _cluster: &Cluster<'_>, _obj: &Value) -> Vec<Cause> {
+        Vec::new()
+    }
+
     /// Sets defaults on an update; `old` is the stored object.
     fn prepare_for_update(&self, obj: &mut Value, _old: &Value) {
         self.prepare_for_create(obj)

@@ -293,3 +293,36 @@ fn kube_rs_server_side_apply_of_a_spec_and_a_status() {
         });
     }
 }
+
+/// The longest grace period a client can ask for gives a deletion time kube-rs (and client-go) still read: the year
+/// 9999 at most, not an overflow, and the pod list keeps decoding.
+#[test]
+fn the_longest_grace_period_leaves_pods_readable() {
+    let server = Server::start(&backends().remove(0).1);
+    server.apply_manifest(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: lingering}\nspec: {nodeName: somewhere, containers: [{name: c, image: nest}]}\n",
+    );
+    runtime().block_on(async {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client(&server).await, "default");
+        let longest = DeleteParams { grace_period_seconds: Some(u32::MAX), ..Default::default() };
+        // kube-rs takes a u32; the query string itself may carry more, which the raw request below sends.
+        pods.delete("lingering", &longest).await.unwrap();
+        let listed = pods.list(&ListParams::default()).await.expect("the pod list decodes");
+        let when = listed.items[0].metadata.deletion_timestamp.clone().expect("marked for deletion");
+        assert!(when.0.to_string().as_str() <= "9999-12-31T23:59:59Z", "{}", when.0);
+    });
+    // i64::MAX seconds, as the issue sent it.
+    let raw = server.kubectl(&[
+        "delete",
+        "--raw",
+        "/api/v1/namespaces/default/pods/lingering?gracePeriodSeconds=9223372036854775807",
+    ]);
+    assert!(raw.status.success(), "{}", String::from_utf8_lossy(&raw.stderr));
+    let pod = server.json(&["get", "pod", "lingering"]);
+    let when = pod["metadata"]["deletionTimestamp"].as_str().unwrap_or_default().to_string();
+    assert!(!when.is_empty() && when.as_str() <= "9999-12-31T23:59:59Z", "{pod}");
+    runtime().block_on(async {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client(&server).await, "default");
+        pods.list(&ListParams::default()).await.expect("the pod list still decodes");
+    });
+}

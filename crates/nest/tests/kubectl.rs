@@ -537,16 +537,7 @@ fn pod_logs_never_dial_a_port_no_kubelet_could_have_registered() {
 
 /// kubectl as a user of the token file, with the server's CA.
 fn as_user(server: &Server, token: &str, args: &[&str]) -> std::process::Output {
-    let url = std::fs::read_to_string(&server.kubeconfig).unwrap();
-    let url = url.lines().find_map(|l| l.trim().strip_prefix("server: ")).unwrap().to_string();
-    let ca = server.data_dir().join("pki/ca.crt");
-    Command::new(KUBECTL)
-        .args(["--server", &url, "--certificate-authority", ca.to_str().unwrap(), &format!("--token={token}")])
-        .args(args)
-        .env("KUBECONFIG", "/dev/null")
-        .env("KUBECACHEDIR", server.cache.path())
-        .output()
-        .unwrap()
+    server.with_token(token, args)
 }
 
 fn rbac_server() -> (Server, tempfile::NamedTempFile) {

@@ -616,3 +616,56 @@ fn names_and_paths_in_a_pod_spec_never_lead_outside_the_pods_directories() {
     assert!(found.is_empty(), "files escaped their volumes: {found:?}");
     assert!(!cluster.node_dir.path().join("proc/claims/kube-system").exists(), "a claim reached another namespace");
 }
+
+const SUB_PATHS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: sub}
+spec:
+  initContainers:
+  - name: swapper
+    image: shell
+    command: [sh, -c, "mkdir -p /data/inner && echo hi > /data/inner/f && rmdir /data/out && ln -s / /data/out && ls -l /data"]
+    volumeMounts: [{name: data, mountPath: /data}]
+  containers:
+  - {name: main, image: nest, args: [debug, cat, /s/f], volumeMounts: [{name: data, mountPath: /s, subPath: inner}]}
+  - name: climber
+    image: nest
+    args: [debug, cat, /s/etc/hostname, /s/etc/shadow]
+    volumeMounts: [{name: data, mountPath: /s, subPath: out}]
+  volumes: [{name: data, emptyDir: {}}]
+"#;
+
+/// A `subPath` is mounted from the directory it named when the node looked: held by a descriptor and bind-mounted in
+/// the pod's directory, so that a link a container of the pod swaps in afterwards (here an init container replacing
+/// the `out` directory the node made with a link to `/`) is never followed; the bind mounts go with the pod.
+#[test]
+fn a_sub_path_mounts_what_it_named_never_a_link_swapped_in_and_goes_with_its_pod() {
+    let cluster = Cluster::start("127.16.0.0/16", "127.116.0.0/16", &["--allow-image", "shell=/bin/sh"]);
+    let server = &cluster.server;
+    server.apply_manifest(SUB_PATHS);
+    eventually(60, "main's output", || cluster.log("sub", "main", 0).contains("/s/f: hi"));
+    // The climber's mount is the directory the node held, which the swap unlinked: the runtime will not mount it,
+    // so the container never starts, and it never sees the host's root.
+    eventually(60, "the climber refused its start", || {
+        let statuses = pod(server, "sub")["status"]["containerStatuses"].clone();
+        statuses
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["name"] == "climber" && s["lastState"]["terminated"]["reason"] == "StartError")
+    });
+    let swapped = cluster.log("sub", "swapper", 0);
+    assert!(swapped.contains("out -> /"), "the link was not swapped in: {swapped}");
+    let climbed = cluster.log("sub", "climber", 0);
+    assert!(!climbed.contains("/s/etc/"), "the climber ran: {climbed}");
+    let uid = pod(server, "sub")["metadata"]["uid"].as_str().unwrap().to_string();
+    let held = |which: &str| {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        table.lines().filter(|l| l.contains(&uid) && l.contains(which)).count()
+    };
+    assert_eq!(held("volume-subpaths/data/1/0"), 1, "main's subPath is not held by a bind mount of the node's");
+    assert_eq!(held("volume-subpaths/data/2/0"), 1, "the climber's subPath is not held by a bind mount of the node's");
+    server.ok(&["delete", "pod", "sub", "--timeout=60s"]);
+    eventually(30, "the bind mounts released", || held("") == 0);
+}

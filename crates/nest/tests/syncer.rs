@@ -672,21 +672,31 @@ fn pod_security_is_the_platform_admins_choice_per_tenant() {
         eventually(60, &format!("a SyncFailed Event for {name}"), || sync_failed(name, refusal));
         assert!(!server.kubectl(&["get", "pod", name, "-n", &strict_default]).status.success(), "{name} went down");
     }
-    // Services: ClusterIP only unless the admin opts the tenant in; Endpoints never to the host or the API server.
+    // Services: ClusterIP only unless the admin opts the tenant in; Endpoints never to the host or the API server:
+    // the tenant's own API server refuses loopback ones, as kube-apiserver does (the syncer's policy, which also
+    // refuses the management cluster's API server, nodes and other tenants' pods, is unit-tested in policy.rs).
     let services = dir.join("services.yaml");
     std::fs::write(
         &services,
         "apiVersion: v1\nkind: Service\nmetadata: {name: exposed}\nspec: {type: NodePort, selector: {app: x}, ports: \
-         [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: sideways}\nspec: {ports: [{port: 443}]}\n\
-         ---\napiVersion: v1\nkind: Endpoints\nmetadata: {name: sideways}\nsubsets: [{addresses: [{ip: 127.0.0.1}], \
-         ports: [{port: 6443}]}]\n",
+         [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: sideways}\nspec: {ports: [{port: 443}]}\n",
     )
     .unwrap();
     tenant_ok(&server, "strict", dir, &["create", "-f", services.to_str().unwrap()]);
+    let endpoints = dir.join("endpoints.yaml");
+    std::fs::write(
+        &endpoints,
+        "apiVersion: v1\nkind: Endpoints\nmetadata: {name: sideways}\nsubsets: [{addresses: [{ip: 127.0.0.1}], \
+         ports: [{port: 6443}]}]\n",
+    )
+    .unwrap();
+    let refused = tenant(&server, "strict", dir, &["create", "-f", endpoints.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(r#"subsets[0].addresses[0].ip: Invalid value: "127.0.0.1": may not be in the loopback range"#),
+        "{said}"
+    );
     eventually(60, "the NodePort Service refused", || sync_failed("exposed", "spec.type: \"NodePort\" is not allowed"));
-    eventually(60, "the Endpoints to loopback refused", || {
-        sync_failed("sideways", "subsets[0].addresses[0].ip: \"127.0.0.1\" is a loopback address")
-    });
     assert!(!server.kubectl(&["get", "endpoints", "sideways", "-n", &strict_default]).status.success());
     assert!(!server.kubectl(&["get", "service", "exposed", "-n", &strict_default]).status.success());
     // Caps: at 300 KiB of ConfigMaps for this tenant, the fourth of 100 KiB waits, with an Event, and the super

@@ -5,23 +5,14 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{KUBECTL, Server, backends};
+use common::{Server, backends};
 use serde_json::Value;
 
 /// kubectl against `server` with `token` as its only credential.
 fn with_token(server: &Server, token: &str, args: &[&str]) -> Output {
-    let config = std::fs::read_to_string(&server.kubeconfig).unwrap();
-    let url = config.lines().find_map(|l| l.trim().strip_prefix("server: ")).unwrap().to_string();
-    let ca = server.data_dir().join("pki/ca.crt");
-    Command::new(KUBECTL)
-        .args(["--server", &url, "--certificate-authority", ca.to_str().unwrap(), &format!("--token={token}")])
-        .args(args)
-        .env("KUBECONFIG", "/dev/null")
-        .env("KUBECACHEDIR", server.cache.path())
-        .output()
-        .unwrap()
+    server.with_token(token, args)
 }
 
 fn stderr(out: &Output) -> String {

@@ -216,8 +216,9 @@ fn owners_take_their_dependents_along_as_the_propagation_policy_says() {
     server.ok(&["delete", "deployment", "foreground", "--cascade=foreground", "--wait=false"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let (sets, pods) = owned_by(&server, "foreground");
+        // The owner first: once it is seen gone, a ReplicaSet seen after that outlived it.
         let owner = server.kubectl(&["get", "deployment", "foreground"]).status.success();
+        let (sets, pods) = owned_by(&server, "foreground");
         assert!(owner || sets == 0, "the owner went before its ReplicaSet");
         if !owner && sets == 0 && pods == 0 {
             break;
@@ -646,7 +647,9 @@ fn a_parallel_stateful_set_starts_together_and_on_delete_waits_for_deletions() {
     });
     let seen = members(&server, "cache");
     assert!(all_ready(&seen, &names, "redis:7"), "OnDelete replaced pods by itself: {seen:?}");
-    server.ok(&["delete", "pod", "cache-1"]);
+    // Without waiting: kubectl's wait for the deletion can miss it when the set recreates the pod at once (the
+    // list it watches from already holds the new cache-1), and would then wait forever.
+    server.ok(&["delete", "pod", "cache-1", "--wait=false"]);
     watch_members(
         &server,
         "cache",

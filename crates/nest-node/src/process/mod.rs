@@ -16,6 +16,7 @@ pub mod init;
 pub mod paths;
 pub mod prepare;
 pub mod sandbox;
+mod subpath;
 mod supervise;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -309,6 +310,8 @@ impl Runtime {
         let spec = pod.spec.clone().unwrap_or_default();
         let containers: Vec<_> = spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect();
         let base = self.sandboxes.base(pod)?;
+        // Before the containers' mounts: a subPath the node makes belongs to its volume's users.
+        self.sandboxes.own_volumes(pod, &pod_dir, &claims_dir, base)?;
         let mut launches = Vec::new();
         let inits = spec.init_containers.as_ref().map_or(0, Vec::len);
         for (index, (container, source)) in containers.iter().zip(&chosen).enumerate() {
@@ -330,7 +333,6 @@ impl Runtime {
             };
             launches.push(launch);
         }
-        self.sandboxes.own_volumes(pod, &pod_dir, &claims_dir, base)?;
         let address =
             facts.pod_ip.parse().map_err(|_| PrepareError::Network(format!("no address: {:?}", facts.pod_ip)))?;
         let netns =
@@ -368,6 +370,7 @@ impl Runtime {
             run.stop(Duration::ZERO).await;
         }
         self.network.remove(uid, &self.pod_dir(uid)).await;
+        subpath::release(&self.pod_dir(uid));
         let _ = std::fs::remove_dir_all(self.pod_dir(uid));
         self.sandboxes.remove_pod(uid);
     }
@@ -394,6 +397,7 @@ impl Runtime {
                 if !live.contains(&uid) && !self.knows(&uid) && older {
                     supervise::kill_leftovers(&entry.path().join("pids"));
                     self.network.remove(&uid, &entry.path()).await;
+                    subpath::release(&entry.path());
                     let _ = std::fs::remove_dir_all(entry.path());
                     self.sandboxes.remove_pod(&uid);
                 }
@@ -411,6 +415,7 @@ impl Runtime {
         // Nothing runs in their network namespaces any more; the pods get new ones when they start again.
         for (uid, _) in &runs {
             self.network.remove(uid, &self.pod_dir(uid)).await;
+            subpath::release(&self.pod_dir(uid));
         }
     }
 

@@ -489,35 +489,42 @@ pub async fn write_volumes(
     Ok(())
 }
 
-/// The mounts of `container`. A `subPath` is made if missing, and refused if any part of it is a symbolic link (the
-/// pod's own processes may have left one in an emptyDir or claim, pointing anywhere on the host).
+/// The mounts of `container` (index `index` among the pod's init containers and containers). A `subPath` is made if
+/// missing, and refused if any part of it is a symbolic link (the pod's own processes may have left one in an
+/// emptyDir or claim, pointing anywhere on the host); it is then held by a file descriptor opened one component at
+/// a time without following links, and bind-mounted from that descriptor onto
+/// `<pod dir>/volume-subpaths/<volume>/<container index>/<mount index>`, which the OCI runtime mounts: a link another
+/// container of the pod swaps in afterwards changes nothing (kubelet's subPath handling).
 pub fn mounts(
     pod: &Pod,
     container: &Container,
+    index: usize,
     pod_dir: &Path,
     claims_dir: &Path,
 ) -> Result<Vec<VolumeMount>, PrepareError> {
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
     let mut mounts = Vec::new();
-    for mount in container.volume_mounts.iter().flatten() {
+    for (mount_index, mount) in container.volume_mounts.iter().flatten().enumerate() {
         let Some(volume) = volumes.iter().find(|v| v.name == mount.name) else {
             return Err(PrepareError::Config(format!("volumeMounts {:?}: no volume of that name", mount.name)));
         };
         let mut dir = volume_dir(pod, volume, pod_dir, claims_dir)?;
         if let Some(sub) = mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
             let field = format!("volumeMounts[{:?}].subPath", mount.name);
-            for part in paths::relative(sub, &field)?.components() {
-                dir.push(part);
-                match std::fs::symlink_metadata(&dir) {
-                    Ok(meta) if meta.is_dir() => {}
-                    Ok(meta) if meta.file_type().is_symlink() => {
-                        return Err(PrepareError::Config(format!("{field} {sub:?} leads through a symbolic link")));
-                    }
-                    Ok(_) => return Err(PrepareError::Config(format!("{field} {sub:?} is not a directory"))),
-                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(&dir)?,
-                    Err(error) => return Err(error.into()),
+            let held = super::subpath::open_beneath(&dir, paths::relative(sub, &field)?).map_err(|e| match e {
+                super::subpath::Refused::Link => {
+                    PrepareError::Config(format!("{field} {sub:?} leads through a symbolic link"))
                 }
-            }
+                super::subpath::Refused::NotDirectory => {
+                    PrepareError::Config(format!("{field} {sub:?} is not a directory"))
+                }
+                super::subpath::Refused::Io(error) => PrepareError::Io(error),
+            })?;
+            let volume_name = paths::name(&mount.name, "volume name")?;
+            let target =
+                pod_dir.join("volume-subpaths").join(volume_name).join(index.to_string()).join(mount_index.to_string());
+            super::subpath::bind(&held, &target)?;
+            dir = target;
         }
         let projected = volume.config_map.is_some()
             || volume.secret.is_some()
@@ -532,6 +539,13 @@ pub fn mounts(
     Ok(mounts)
 }
 
+/// Where `container` stands among the pod's init containers, then containers.
+fn spec_index(pod: &Pod, container: &Container) -> usize {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let all: Vec<&Container> = spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect();
+    all.iter().position(|c| c.name == container.name).unwrap_or(0)
+}
+
 /// Everything needed to start `container` of the pod as a process of `program`: `command[0]` stands for the image's
 /// entrypoint and is replaced by `program`; the rest of `command` and `args` follow, expanded.
 pub async fn launch(
@@ -543,7 +557,8 @@ pub async fn launch(
     pod_dir: &Path,
     claims_dir: &Path,
 ) -> Result<Launch, PrepareError> {
-    let mounts = mounts(facts.pod, container, pod_dir, claims_dir)?;
+    let index = spec_index(facts.pod, container);
+    let mounts = mounts(facts.pod, container, index, pod_dir, claims_dir)?;
     let mut env = environment(facts, container, sources).await?;
     let known: BTreeMap<String, String> = env.iter().cloned().collect();
     let lookup = |name: &str| known.get(name).cloned();

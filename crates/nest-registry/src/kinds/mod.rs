@@ -20,6 +20,7 @@ pub mod bootstrap;
 pub mod config;
 pub mod crd;
 pub mod custom;
+pub mod endpoints;
 pub mod event;
 pub mod namespace;
 pub mod node_restriction;
@@ -113,6 +114,8 @@ pub fn for_resource(info: &ResourceInfo) -> Box<dyn Strategy> {
         ("", "secrets") => Box::new(config::Secret),
         ("", "configmaps") => Box::new(config::ConfigMap),
         ("", "services") => Box::new(service::Service),
+        ("", "endpoints") => Box::new(endpoints::Endpoints),
+        ("discovery.k8s.io", "endpointslices") => Box::new(endpoints::EndpointSlice),
         ("apps", "deployments") => Box::new(workload::Workload::Deployment),
         ("apps", "replicasets") => Box::new(workload::Workload::ReplicaSet),
         ("apps", "statefulsets") => Box::new(workload::Workload::StatefulSet),

@@ -135,7 +135,8 @@ impl Registry {
         resource.strategy.prepare_for_create(&mut obj);
         let check_name = if given.is_empty() { meta::generate_name(&generate) } else { given.clone() };
         Self::check_name(resource, &check_name)?;
-        let causes = resource.strategy.validate(&obj);
+        let mut causes = resource.strategy.validate(&obj);
+        causes.extend(resource.strategy.validate_in(&self.cluster(), &obj));
         if !causes.is_empty() {
             return Err(ApiError::invalid(info, &check_name, causes));
         }
@@ -277,7 +278,8 @@ impl Registry {
         let request = admission_request(resource, Operation::Update, subresource, namespace, name, Some(old), dry_run);
         self.admission.admit(self.cluster(), &request, &mut body).await?;
         let mut obj = self.merge_update(resource, old, body, subresource)?;
-        let causes = resource.strategy.validate_update(&obj, old);
+        let mut causes = resource.strategy.validate_update(&obj, old);
+        causes.extend(resource.strategy.validate_in(&self.cluster(), &obj));
         if !causes.is_empty() {
             return Err(ApiError::invalid(info, name, causes));
         }

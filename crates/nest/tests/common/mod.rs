@@ -88,6 +88,20 @@ impl Server {
         self._data.path()
     }
 
+    /// kubectl against this server with `token` as its only credential (no kubeconfig).
+    pub fn with_token(&self, token: &str, args: &[&str]) -> Output {
+        let config = std::fs::read_to_string(&self.kubeconfig).unwrap();
+        let url = config.lines().find_map(|l| l.trim().strip_prefix("server: ")).unwrap().to_string();
+        let ca = self.data_dir().join("pki/ca.crt");
+        Command::new(KUBECTL)
+            .args(["--server", &url, "--certificate-authority", ca.to_str().unwrap(), &format!("--token={token}")])
+            .args(args)
+            .env("KUBECONFIG", "/dev/null")
+            .env("KUBECACHEDIR", self.cache.path())
+            .output()
+            .unwrap()
+    }
+
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_with_input(args, None)
     }
