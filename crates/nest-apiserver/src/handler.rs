@@ -28,6 +28,18 @@ const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 /// picks its own timeouts from (`--min-request-timeout` 1800 s, times one to two). Clients start a new watch when
 /// one ends; no timeout a client can send overflows a clock.
 const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(3600);
+/// How long a watch asking for `timeoutSeconds` lasts: 0, like no value, means the server's default (as
+/// kube-apiserver's watch handler reads it); more than [`MAX_WATCH_TIMEOUT`] is that.
+fn watch_timeout(asked: Option<&str>) -> Result<Duration> {
+    match asked.filter(|t| !t.is_empty() && *t != "0") {
+        Some(t) => {
+            let seconds: u64 = t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?;
+            Ok(Duration::from_secs(seconds).min(MAX_WATCH_TIMEOUT))
+        }
+        None => Ok(DEFAULT_WATCH_TIMEOUT),
+    }
+}
+
 /// How often a quiet watch that asked for bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
 
@@ -766,14 +778,7 @@ async fn serve_resource(
             let scope = target.namespace.as_deref();
             if query.flag("watch") {
                 verb_allowed("watch")?;
-                // 0, like no value, means the server's default (as kube-apiserver's watch handler reads it).
-                let timeout = match query.get("timeoutSeconds").filter(|t| !t.is_empty() && *t != "0") {
-                    Some(t) => Duration::from_secs(
-                        t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
-                    )
-                    .min(MAX_WATCH_TIMEOUT),
-                    None => DEFAULT_WATCH_TIMEOUT,
-                };
+                let timeout = watch_timeout(query.get("timeoutSeconds"))?;
                 let bookmarks = options.allow_watch_bookmarks.then_some(BOOKMARK_EVERY);
                 let events = registry.watch(&target.resource, scope, &options, bookmarks).await?;
                 let events = events.map(move |event| representation.event(event, &table)).boxed();
@@ -975,6 +980,17 @@ fn watch_response(events: futures_util::stream::BoxStream<'static, Value>, timeo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_lasts_at_most_an_hour_whatever_it_asks() {
+        assert_eq!(watch_timeout(Some("18446744073709551615")).unwrap(), MAX_WATCH_TIMEOUT);
+        assert_eq!(watch_timeout(Some("86400")).unwrap(), MAX_WATCH_TIMEOUT);
+        assert_eq!(watch_timeout(Some("5")).unwrap(), Duration::from_secs(5));
+        assert_eq!(watch_timeout(Some("0")).unwrap(), DEFAULT_WATCH_TIMEOUT);
+        assert_eq!(watch_timeout(None).unwrap(), DEFAULT_WATCH_TIMEOUT);
+        assert_eq!(watch_timeout(Some("-1")).unwrap_err().code, 400);
+        assert_eq!(watch_timeout(Some("18446744073709551616")).unwrap_err().code, 400);
+    }
 
     #[test]
     fn accept_headers_pick_the_first_form_nest_can_produce() {
