@@ -32,11 +32,18 @@ pub struct Kind {
     pub status_up: bool,
     /// What the platform admin's policy says of the super object ([`crate::policy`]): a refusal names the field.
     pub admit: fn(&Value, &policy::Context) -> Result<(), String>,
+    /// The super object's name for tenant object `name`, or `None` when that name is not synced.
+    pub super_name: fn(&str) -> Option<&str>,
 }
 
 /// Every object of the kind may go down.
 fn anything(_: &Value, _: &policy::Context) -> Result<(), String> {
     Ok(())
+}
+
+/// The super object has the tenant object's name.
+fn same(name: &str) -> Option<&str> {
+    Some(name)
 }
 
 fn resource(group: &str, version: &str, kind: &str) -> ApiResource {
@@ -53,6 +60,7 @@ pub fn built_in() -> Vec<Kind> {
             content: &["data", "binaryData"],
             status_up: false,
             admit: anything,
+            super_name: names::super_config_map,
         },
         Kind {
             name: "secrets",
@@ -64,6 +72,7 @@ pub fn built_in() -> Vec<Kind> {
             content: &["data"],
             status_up: false,
             admit: anything,
+            super_name: same,
         },
         Kind {
             name: "serviceaccounts",
@@ -77,6 +86,7 @@ pub fn built_in() -> Vec<Kind> {
             content: &["imagePullSecrets"],
             status_up: false,
             admit: anything,
+            super_name: same,
         },
         Kind {
             name: "endpoints",
@@ -87,6 +97,7 @@ pub fn built_in() -> Vec<Kind> {
             content: &["subsets"],
             status_up: false,
             admit: policy::endpoints,
+            super_name: same,
         },
         Kind {
             name: "persistentvolumeclaims",
@@ -100,6 +111,7 @@ pub fn built_in() -> Vec<Kind> {
             content: &[],
             status_up: true,
             admit: anything,
+            super_name: same,
         },
         Kind {
             name: "services",
@@ -124,6 +136,7 @@ pub fn built_in() -> Vec<Kind> {
             content: &["spec"],
             status_up: false,
             admit: |o, cx| policy::service(&o["spec"], cx),
+            super_name: same,
         },
         Kind {
             name: "pods",
@@ -136,6 +149,7 @@ pub fn built_in() -> Vec<Kind> {
             content: &[],
             status_up: true,
             admit: |o, cx| policy::pod(&o["spec"], cx),
+            super_name: same,
         },
     ]
 }
@@ -162,6 +176,7 @@ pub fn custom(group: &str, version: &str, kind: &str) -> Kind {
         content: &["spec"],
         status_up: true,
         admit: anything,
+        super_name: same,
     }
 }
 
@@ -249,6 +264,7 @@ fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
     if let Some(volumes) = map.get_mut("volumes").and_then(Value::as_array_mut) {
         volumes.retain(|v| !v["name"].as_str().is_some_and(|n| token_volumes.iter().any(|t| t == n)));
     }
+    config_maps_by_super_name(map);
     let (host, port) = mapping.api_server;
     for list in ["initContainers", "containers"] {
         for container in map.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
@@ -300,6 +316,42 @@ fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
     spec
 }
 
+/// Points every ConfigMap a pod spec names (volumes, projected sources, `env` and `envFrom`) at its super name; a
+/// reference to a name that is not synced is left alone, and finds nothing.
+fn config_maps_by_super_name(spec: &mut Map<String, Value>) {
+    let rename = |reference: &mut Value| {
+        if let Some(name) = reference.get_mut("name")
+            && let Some(super_name) = name.as_str().and_then(names::super_config_map)
+        {
+            *name = json!(super_name);
+        }
+    };
+    for volume in spec.get_mut("volumes").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(reference) = volume.get_mut("configMap") {
+            rename(reference);
+        }
+        for source in volume.pointer_mut("/projected/sources").and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(reference) = source.get_mut("configMap") {
+                rename(reference);
+            }
+        }
+    }
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        for container in spec.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+            for variable in container.get_mut("env").and_then(Value::as_array_mut).into_iter().flatten() {
+                if let Some(reference) = variable.pointer_mut("/valueFrom/configMapKeyRef") {
+                    rename(reference);
+                }
+            }
+            for source in container.get_mut("envFrom").and_then(Value::as_array_mut).into_iter().flatten() {
+                if let Some(reference) = source.get_mut("configMapRef") {
+                    rename(reference);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +398,41 @@ mod tests {
         let env = container["env"].as_array().unwrap();
         assert!(env.contains(&json!({"name": "NS", "value": "web"})), "{env:?}");
         assert!(env.contains(&json!({"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.9"})), "{env:?}");
+    }
+
+    #[test]
+    fn a_pod_that_names_the_root_ca_gets_the_tenants_under_its_super_name() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u"},
+            "spec": {
+                "containers": [{"name": "c", "image": "i",
+                    "env": [{"name": "CA", "valueFrom": {"configMapKeyRef": {"name": "kube-root-ca.crt", "key": "ca.crt"}}},
+                            {"name": "OTHER", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "k"}}}],
+                    "envFrom": [{"configMapRef": {"name": "kube-root-ca.crt"}}]}],
+                "ephemeralContainers": [{"name": "e", "image": "i", "envFrom": [{"configMapRef": {"name": "kube-root-ca.crt"}}]}],
+                "volumes": [{"name": "ca", "configMap": {"name": "kube-root-ca.crt"}},
+                            {"name": "both", "projected": {"sources": [{"configMap": {"name": "kube-root-ca.crt"}}, {"configMap": {"name": "settings"}}]}}],
+            },
+        });
+        let kinds = built_in();
+        let pods = kinds.iter().find(|k| k.name == "pods").unwrap();
+        let down = (pods.down)(&pod, &mapping()).unwrap();
+        let spec = &down["spec"];
+        assert_eq!(spec["volumes"][0]["configMap"]["name"], "nest-kube-root-ca.crt");
+        assert_eq!(spec["volumes"][1]["projected"]["sources"][0]["configMap"]["name"], "nest-kube-root-ca.crt");
+        assert_eq!(spec["volumes"][1]["projected"]["sources"][1]["configMap"]["name"], "settings");
+        let container = &spec["containers"][0];
+        assert_eq!(container["env"][0]["valueFrom"]["configMapKeyRef"]["name"], "nest-kube-root-ca.crt");
+        assert_eq!(container["env"][1]["valueFrom"]["configMapKeyRef"]["name"], "settings");
+        assert_eq!(container["envFrom"][0]["configMapRef"]["name"], "nest-kube-root-ca.crt");
+        assert_eq!(spec["ephemeralContainers"][0]["envFrom"][0]["configMapRef"]["name"], "nest-kube-root-ca.crt");
+        let configmaps = kinds.iter().find(|k| k.name == "configmaps").unwrap();
+        assert_eq!((configmaps.super_name)("kube-root-ca.crt"), Some("nest-kube-root-ca.crt"));
+        assert_eq!(
+            (configmaps.super_name)("nest-kube-root-ca.crt"),
+            None,
+            "a tenant ConfigMap would take the CA's place"
+        );
     }
 
     #[test]

@@ -31,6 +31,14 @@ pub const TRANSPARENT_PREFIX: &str = "transparency.tenancy.nest.dev/";
 pub const RESERVED_PREFIXES: &[&str] =
     &["tenancy.nest.dev/", "nest.dev/", "kubectl.kubernetes.io/last-applied-configuration"];
 
+/// The ConfigMap every namespace has, holding its cluster's CA (kube-controller-manager's root-CA publisher makes
+/// it). The super cluster's publisher keeps its own in every super namespace, so the tenant's goes down under
+/// another name ([`SUPER_ROOT_CA`]) and pods that name it are pointed there: two owners of one object would rewrite
+/// it after each other forever.
+pub const ROOT_CA: &str = "kube-root-ca.crt";
+/// The super name of a tenant's [`ROOT_CA`]; a tenant ConfigMap of this name is not synced.
+pub const SUPER_ROOT_CA: &str = "nest-kube-root-ca.crt";
+
 /// The longest DNS label.
 const LABEL_MAX: usize = 63;
 
@@ -93,6 +101,15 @@ pub fn super_namespace(key: &str, namespace: &str) -> String {
     label_safe(&format!("{key}-{namespace}"))
 }
 
+/// The super name of tenant ConfigMap `name`: `None` for the one name reserved for the tenant's root CA.
+pub fn super_config_map(name: &str) -> Option<&str> {
+    match name {
+        ROOT_CA => Some(SUPER_ROOT_CA),
+        SUPER_ROOT_CA => None,
+        other => Some(other),
+    }
+}
+
 /// Whether a metadata key is copied between tenant and super objects.
 pub fn copied(key: &str) -> bool {
     !RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
@@ -118,6 +135,13 @@ mod tests {
             assert!(!copied(instruction), "{instruction} reaches the super cluster");
         }
         assert!(copied("example.nest.dev/team"), "only nest.dev/ itself is reserved");
+    }
+
+    #[test]
+    fn the_root_ca_goes_down_under_a_name_no_tenant_configmap_takes() {
+        assert_eq!(super_config_map("kube-root-ca.crt"), Some("nest-kube-root-ca.crt"));
+        assert_eq!(super_config_map("nest-kube-root-ca.crt"), None);
+        assert_eq!(super_config_map("settings"), Some("settings"));
     }
 
     #[test]

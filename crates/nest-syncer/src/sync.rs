@@ -351,8 +351,15 @@ async fn reconcile_object(
     }
     let reference = ObjectRef::new_with(name, spec.resource.clone()).within(namespace);
     let tenant_object = tenant.objects[kind].get(&reference);
+    let Some(super_name) = (spec.super_name)(name) else {
+        if tenant_object.is_none() {
+            return Ok(Done::default());
+        }
+        let message = format!("the name {name} is reserved in the super cluster; rename the object to sync it");
+        return Err(kube::Error::Api(kube::core::Status::failure(&message, "Forbidden").with_code(403).boxed()));
+    };
     let super_namespace = names::super_namespace(&tenant.key, namespace);
-    let super_reference = ObjectRef::new_with(name, spec.resource.clone()).within(&super_namespace);
+    let super_reference = ObjectRef::new_with(super_name, spec.resource.clone()).within(&super_namespace);
     let super_object = syncer.super_objects[kind].get(&super_reference);
     let tenant_value = tenant_object.as_ref().map(|o| crate::full(o));
     let super_value = super_object.as_ref().map(|o| crate::full(o));
@@ -372,7 +379,11 @@ async fn reconcile_object(
         .as_ref()
         .filter(|t| t["metadata"]["deletionTimestamp"].is_null())
         .filter(|_| spec.name != "endpoints" || selectorless(syncer, tenant, namespace, name))
-        .and_then(|t| (spec.down)(t, &mapping));
+        .and_then(|t| (spec.down)(t, &mapping))
+        .map(|mut wanted| {
+            wanted["metadata"]["name"] = json!(super_name);
+            wanted
+        });
     let mut done = Done::default();
     let super_api = super_api(syncer, kind, &super_namespace);
 
@@ -384,7 +395,7 @@ async fn reconcile_object(
         {
             let grace = tenant_value.as_ref().and_then(|t| t["metadata"]["deletionGracePeriodSeconds"].as_u64());
             let params = DeleteParams { grace_period_seconds: grace.map(|g| g as u32), ..Default::default() };
-            nest_client::done_unless_gone_or_changed(super_api.delete(name, &params).await)?;
+            nest_client::done_unless_gone_or_changed(super_api.delete(super_name, &params).await)?;
             done.down += 1;
             // The tenant's copy of the volume it was bound to goes with it.
             if let Some(volume) = existing["spec"]["volumeName"].as_str().filter(|v| !v.is_empty()) {
@@ -413,7 +424,7 @@ async fn reconcile_object(
     let uid = tenant_value["metadata"]["uid"].clone();
 
     let Some(existing) = super_value else {
-        within_caps(syncer, tenant, kind, &super_namespace, name, &wanted)?;
+        within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted)?;
         ensure_namespace(syncer, tenant, namespace).await?;
         // A pod's account first (the super cluster may refuse a pod whose account does not exist).
         let account = wanted["spec"]["serviceAccountName"].as_str().unwrap_or("default");
@@ -434,7 +445,7 @@ async fn reconcile_object(
     if !owned_by(&existing, &uid) {
         if ours {
             // Made for an earlier tenant object of the same name: it goes, and the next round makes the new one.
-            nest_client::done_unless_gone_or_changed(super_api.delete(name, &DeleteParams::default()).await)?;
+            nest_client::done_unless_gone_or_changed(super_api.delete(super_name, &DeleteParams::default()).await)?;
             done.down += 1;
         } else {
             tracing::warn!(tenant = %tenant.key, %namespace, %name, kind = spec.name, "a super object not made for this tenant object is in the way");
@@ -479,9 +490,9 @@ async fn reconcile_object(
     }
     if !patch.is_empty() {
         if spec.content.iter().any(|field| patch.contains_key(*field)) {
-            within_caps(syncer, tenant, kind, &super_namespace, name, &wanted)?;
+            within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted)?;
         }
-        super_api.patch(name, &PatchParams::default(), &Patch::Merge(&Value::Object(patch))).await?;
+        super_api.patch(super_name, &PatchParams::default(), &Patch::Merge(&Value::Object(patch))).await?;
         done.down += 1;
     }
     if spec.name == "pods" {

@@ -179,6 +179,32 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     let b_pods = items(&tenant_json(&server, "b", dir, &["get", "pods", "-A"]));
     assert_eq!(b_pods.len(), 1, "b sees only its own pod: {b_pods:?}");
 
+    // Each namespace's root CA: the super cluster's publisher keeps its own kube-root-ca.crt in a's super namespace,
+    // the tenant's goes down beside it under another name, and neither is rewritten again and again by the two
+    // owners (they fought, ~900 writes a second each, when both were one object).
+    let root_ca = |namespace: &str, name: &str| server.json(&["get", "configmap", name, "-n", namespace]);
+    let tenant_ca = tenant_json(&server, "a", dir, &["get", "configmap", "kube-root-ca.crt"])["data"].clone();
+    let super_ca = root_ca("default", "kube-root-ca.crt")["data"].clone();
+    assert_ne!(tenant_ca, super_ca, "a tenant has its own CA");
+    eventually(30, "both CAs in a's super namespace", || {
+        root_ca(&a_default, "nest-kube-root-ca.crt")["data"] == tenant_ca
+            && root_ca(&a_default, "kube-root-ca.crt")["data"] == super_ca
+    });
+    let versions = || {
+        ["kube-root-ca.crt", "nest-kube-root-ca.crt"]
+            .map(|name| root_ca(&a_default, name)["metadata"]["resourceVersion"].clone())
+    };
+    let before = versions();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(versions(), before, "the root CAs in a's super namespace are being rewritten");
+    // A tenant ConfigMap of the reserved name does not take the CA's place; its owner is told why.
+    tenant_ok(&server, "a", dir, &["create", "configmap", "nest-kube-root-ca.crt", "--from-literal=ca.crt=forged"]);
+    eventually(30, "the refusal told to the tenant", || {
+        let events = items(&tenant_json(&server, "a", dir, &["get", "events"]));
+        events.iter().any(|e| e["reason"] == "SyncFailed" && e["involvedObject"]["name"] == "nest-kube-root-ca.crt")
+    });
+    assert_eq!(root_ca(&a_default, "nest-kube-root-ca.crt")["data"], tenant_ca);
+
     // Drift in the super cluster is put back: a ConfigMap's data, a pod's labels, a deleted pod.
     eventually(30, "a's ConfigMap synced", || {
         server.kubectl(&["get", "configmap", "only-a", "-n", &a_default]).status.success()
