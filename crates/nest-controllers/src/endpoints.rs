@@ -84,8 +84,10 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
     }
     let (namespace, name) = (service.namespace().unwrap_or_default(), service.name_any());
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    // The API server filters by the selector: many Services in one namespace must not each read all its pods.
+    let query: Vec<String> = spec.selector.iter().flatten().map(|(k, v)| format!("{k}={v}")).collect();
     let selected: Vec<Pod> = pods
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels(&query.join(",")))
         .await?
         .items
         .into_iter()

@@ -65,6 +65,11 @@ fn finished(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
+/// A list of what `selector` matches (the API server filters; an empty selector matches nothing a set owns).
+fn selected(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> ListParams {
+    ListParams::default().labels(&crate::replicaset::selector_query(selector))
+}
+
 fn revision_of(pod: &Pod) -> &str {
     pod.labels().get(REVISION_LABEL).map_or("", String::as_str)
 }
@@ -76,8 +81,10 @@ async fn revisions(set: &StatefulSet, pods: &[Pod], client: &Client) -> Result<R
     let uid = set.uid().unwrap_or_default();
     let spec = set.spec.clone().unwrap_or_default();
     let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
+    // Only the revisions the selector matches are read (they carry the template's labels): with many sets in one
+    // namespace, reading all of them at every pass costs the API server the square of their number.
     let mut owned: Vec<ControllerRevision> = api
-        .list(&ListParams::default())
+        .list(&selected(&spec.selector))
         .await?
         .items
         .into_iter()
@@ -99,7 +106,7 @@ async fn revisions(set: &StatefulSet, pods: &[Pod], client: &Client) -> Result<R
             let revision = ControllerRevision {
                 metadata: ObjectMeta {
                     name: Some(update.clone()),
-                    labels: spec.selector.match_labels.clone(),
+                    labels: spec.template.metadata.as_ref().and_then(|m| m.labels.clone()),
                     owner_references: Some(vec![crate::controller_reference(set)]),
                     ..Default::default()
                 },
@@ -342,7 +349,7 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
 
     let mut owned: Vec<Pod> = Vec::new();
-    for pod in pods.list(&ListParams::default()).await?.items {
+    for pod in pods.list(&selected(&spec.selector)).await?.items {
         match controller_of(&pod.metadata) {
             Some(owner) if owner.uid == uid => owned.push(pod),
             // An orphan with one of the set's names and labels (left by `--cascade=orphan`) is adopted.

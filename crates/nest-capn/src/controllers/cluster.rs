@@ -8,7 +8,9 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Result, condition, keep_transitions, look_again, names_of, owner, paused, report_paused};
+use super::{
+    Context, Result, condition, keep_transitions, look_again, names_of, owner, paused, report_paused, set_status,
+};
 use crate::api::{ApiEndpoint, CLUSTER_NAME_LABEL, Cluster, NestedCluster, NestedControlPlane};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
@@ -70,7 +72,7 @@ pub(super) async fn reconcile_cluster(cluster: Arc<Cluster>, context: Arc<Contex
 
     if cluster.metadata.deletion_timestamp.is_some() {
         let status = json!({"status": {"phase": "Deleting"}});
-        clusters.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+        set_status(&clusters, &*cluster, &status).await?;
         // The control plane first (with everything it made), then the infrastructure.
         let foreground = kube::api::DeleteParams::foreground();
         if let Some(plane) = &plane {
@@ -103,7 +105,7 @@ pub(super) async fn reconcile_cluster(cluster: Arc<Cluster>, context: Arc<Contex
             vec![condition("Paused", true, "Paused", "reconciliation is paused", generation)],
         );
         let status = json!({"status": {"conditions": conditions}});
-        clusters.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+        set_status(&clusters, &*cluster, &status).await?;
         return Ok(Action::await_change());
     }
     if let Some(plane) = &plane {
@@ -176,7 +178,7 @@ pub(super) async fn reconcile_cluster(cluster: Arc<Cluster>, context: Arc<Contex
         "conditions": conditions,
         "observedGeneration": generation,
     }});
-    clusters.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+    set_status(&clusters, &*cluster, &status).await?;
     Ok(look_again(phase == "Provisioned" && plane_ready))
 }
 
@@ -243,6 +245,6 @@ pub(super) async fn reconcile_nested_cluster(
         "ready": ready, "initialization": {"provisioned": ready}, "conditions": conditions,
         "observedGeneration": generation,
     }});
-    api.patch_status(&infrastructure.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+    set_status(&api, &*infrastructure, &status).await?;
     Ok(look_again(ready))
 }

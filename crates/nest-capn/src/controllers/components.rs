@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ObjectMeta};
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 use serde_json::{Value, json};
 
 use super::{
     Context, Result, TenantClients, answers, apply_rendered, cluster_ips, cluster_paused, condition, ensure_leaf,
-    keep_transitions, look_again, names_of, owner, paused, report_paused, secret_data, within,
+    keep_transitions, look_again, names_of, owner, paused, report_paused, secret_data, set_status, within,
 };
 use crate::api::{
     CLUSTER_NAME_LABEL, Cluster, Flavor, NestedAPIServer, NestedAPIServerSpec, NestedComponentSpec,
@@ -102,7 +102,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
     };
     let Some(plane) = control_plane_of(&context, &*component, &names).await? else {
         let status = report("Pending", "WaitingForControlPlane", "no NestedControlPlane uses this component".into());
-        api.patch_status(&component.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+        set_status(&api, &*component, &status).await?;
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
     let cluster =
@@ -128,7 +128,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
             spec.replicas = Some(running);
         } else if ![1, 3, 5].contains(&asked) {
             let status = report("Failed", "InvalidReplicas", format!("etcd runs 1, 3 or 5 members, not {asked}"));
-            api.patch_status(&component.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+            set_status(&api, &*component, &status).await?;
             return Ok(Action::await_change());
         }
     }
@@ -141,7 +141,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
         Ok(rendered) => rendered,
         Err(error) => {
             let status = report("Failed", "RenderFailed", error.to_string());
-            api.patch_status(&component.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+            set_status(&api, &*component, &status).await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
@@ -153,7 +153,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
     if !rendered.waiting.is_empty() {
         let status =
             report("Provisioning", "WaitingForAddresses", format!("waiting for {}", rendered.waiting.join(", ")));
-        api.patch_status(&component.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+        set_status(&api, &*component, &status).await?;
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     // Serving certificates, for the Services' addresses and names.
@@ -162,7 +162,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
         serving_certificate(&secrets, &names, &plan, K::COMPONENT, &spec, &ips, &plane, &*component).await?
     {
         let status = report("Provisioning", "WaitingForCertificates", waiting);
-        api.patch_status(&component.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+        set_status(&api, &*component, &status).await?;
         return Ok(Action::requeue(Duration::from_secs(2)));
     }
     let mut set = None;
@@ -174,7 +174,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
     }
     let Some(set) = set else {
         let status = report("Failed", "RenderFailed", "the package renders no StatefulSet".into());
-        api.patch_status(&component.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+        set_status(&api, &*component, &status).await?;
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
 
@@ -213,7 +213,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
         namespace: Some(names.namespace.clone()),
         ..Default::default()
     });
-    api.patch_status(&component.name_any(), &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await?;
+    set_status(&api, &*component, &json!({"status": status})).await?;
     Ok(look_again(well))
 }
 

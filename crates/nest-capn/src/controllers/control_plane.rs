@@ -14,7 +14,7 @@ use serde_json::json;
 use super::components::ComponentObject;
 use super::{
     Context, Result, cluster_paused, cluster_secret, condition, ensure, ensure_ca, ensure_leaf, keep_transitions,
-    look_again, owner, paused, report_paused, secret_data, tenant_client, within,
+    look_again, owner, paused, report_paused, secret_data, set_status, tenant_client, within,
 };
 use crate::api::{
     CLUSTER_NAME_LABEL, Cluster, NestedAPIServer, NestedComponentStatus, NestedControlPlane, NestedControllerManager,
@@ -317,7 +317,7 @@ async fn report_components(
         "conditions": conditions,
         "observedGeneration": generation,
     }});
-    planes.patch_status(&plane.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
+    set_status(&planes, &*plane, &status).await?;
     Ok(())
 }
 

@@ -202,6 +202,21 @@ fn condition(kind: &str, ok: bool, reason: &str, message: impl Into<String>, gen
     }
 }
 
+/// Patches `object`'s status with `patch` (`{"status": …}`, a merge patch) unless the status already says all of
+/// it: a reconcile that finds nothing new costs no request, and wakes no watcher.
+async fn set_status<K>(api: &Api<K>, object: &K, patch: &serde_json::Value) -> Result<()>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let current = serde_json::to_value(object).unwrap_or_default();
+    if nest_core::json::covers(&current["status"], &patch["status"]) {
+        return Ok(());
+    }
+    let name = object.meta().name.clone().unwrap_or_default();
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+    Ok(())
+}
+
 /// Keeps a condition's transition time when its status did not change.
 fn keep_transitions(old: Option<&Vec<Condition>>, mut new: Vec<Condition>) -> Vec<Condition> {
     for condition in &mut new {
@@ -323,8 +338,7 @@ where
     let mut kept: Vec<Condition> = conditions.into_iter().flatten().filter(|c| c.type_ != "Paused").cloned().collect();
     kept.push(condition("Paused", true, "Paused", "reconciliation is paused", object.meta().generation));
     let status = json!({"status": {"conditions": keep_transitions(conditions, kept)}});
-    let name = object.meta().name.clone().unwrap_or_default();
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+    set_status(api, object, &status).await?;
     Ok(())
 }
 
