@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::Resource;
 use kube::api::{Api, ObjectMeta};
 use kube::runtime::controller::Action;
-use kube::Resource;
 use serde_json::{Value, json};
 
 use super::{

@@ -317,7 +317,7 @@ async fn report_components(
         "conditions": conditions,
         "observedGeneration": generation,
     }});
-    set_status(&planes, &*plane, &status).await?;
+    set_status(planes, plane, &status).await?;
     Ok(())
 }
 
