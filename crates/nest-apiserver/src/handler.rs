@@ -101,9 +101,50 @@ fn with_warnings(mut response: Response<Body>, warnings: &[String]) -> Response<
     response
 }
 
-fn text_response(text: &'static str) -> Response<Body> {
+/// `/livez`, `/readyz` and `/healthz`, and their single checks (`/readyz/etcd`), as kube-apiserver answers them: `ok`,
+/// or with `?verbose` a line per check; a failing check makes a 500 naming it (the reason withheld, as upstream
+/// does for anonymous askers). `livez` does not check storage: a server whose etcd is away is alive, and restarting
+/// it would not bring etcd back.
+async fn health(state: &State, path: &str, query: &str) -> Response<Body> {
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let endpoint = parts.next().unwrap_or_default();
+    let only = parts.next().filter(|c| !c.is_empty());
+    let mut checks = vec![("ping", true)];
+    if endpoint != "livez" {
+        let storage = state.registry.check_storage().await;
+        if let Err(error) = &storage {
+            tracing::warn!(%error, "the etcd health check failed");
+        }
+        checks.push(("etcd", storage.is_ok()));
+    }
+    let checks: Vec<(&str, bool)> = match only {
+        Some(name) => match checks.iter().find(|(check, _)| *check == name) {
+            Some(found) => vec![*found],
+            None => return error_response(&ApiError::no_route()),
+        },
+        None => checks,
+    };
+    let passed = checks.iter().all(|(_, ok)| *ok);
+    let verbose = query.split('&').any(|pair| pair == "verbose" || pair.starts_with("verbose="));
+    let mut text = String::new();
+    if verbose || !passed {
+        for (name, ok) in &checks {
+            text.push_str(&if *ok {
+                format!("[+]{name} ok\n")
+            } else {
+                format!("[-]{name} failed: reason withheld\n")
+            });
+        }
+        text.push_str(&format!("{endpoint} check {}\n", if passed { "passed" } else { "failed" }));
+    } else {
+        text.push_str("ok");
+    }
     let mut response = Response::new(full(text));
+    if !passed {
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    }
     response.headers_mut().insert("content-type", "text/plain; charset=utf-8".parse().expect("a header value"));
+    response.headers_mut().insert("x-content-type-options", "nosniff".parse().expect("a header value"));
     response
 }
 
@@ -430,7 +471,7 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         "/version" => {
             return Ok(json_response(StatusCode::OK, &discovery::version(state.kubernetes_version.as_deref())));
         }
-        _ if open => return Ok(text_response("ok")),
+        _ if open => return Ok(health(state, &path, request.uri.query().unwrap_or_default()).await),
         _ => {}
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();

@@ -322,6 +322,18 @@ impl ApiError {
                 "the watch fell behind and was stopped; list again and watch from the new resourceVersion",
             ),
             Error::Closed => ApiError::service_unavailable("the storage is closed: the server is shutting down"),
+            // etcd had no leader, or no member answered: nothing was done, and a moment later it may be.
+            Error::Unavailable { context, detail } => {
+                let mut error = ApiError::service_unavailable(format!("storage is unavailable ({context}): {detail}"));
+                error.details.retry_after = Some(1);
+                error
+            }
+            // etcd's own words, as kube-apiserver passes them on; retried once an operator has made room.
+            Error::NoSpace { detail } => {
+                let mut error = ApiError::service_unavailable(detail);
+                error.details.retry_after = Some(1);
+                error
+            }
             Error::Backend { context, source } => {
                 ApiError::timeout(format!("storage is unavailable ({context}): {source}"))
             }

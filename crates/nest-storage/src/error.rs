@@ -95,6 +95,24 @@ pub enum Error {
     #[error("the store is closed")]
     Closed,
 
+    /// The backend cannot serve now, and the request was not carried out (etcd has no leader, or no member could be
+    /// reached): the caller may try again.
+    #[error("{context}: {detail}")]
+    Unavailable {
+        /// What the store was doing.
+        context: &'static str,
+        /// What the backend said.
+        detail: String,
+    },
+
+    /// etcd's space quota is used up (its NOSPACE alarm): nothing more is written until an operator compacts,
+    /// defragments and disarms the alarm.
+    #[error("{detail}")]
+    NoSpace {
+        /// etcd's message (`etcdserver: mvcc: database space exceeded`).
+        detail: String,
+    },
+
     /// A failure of the underlying database or server, with its cause.
     #[error("{context}: {source}")]
     Backend {

@@ -202,6 +202,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name of the backend, for logs and benchmarks.
     fn backend(&self) -> &'static str;
+
+    /// Whether the backend serves now: the API server's `etcd` health check. An embedded store that is open does.
+    async fn check(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Refuses what no backend accepts: empty keys and values over [`MAX_VALUE_SIZE`].

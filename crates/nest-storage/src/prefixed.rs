@@ -103,6 +103,10 @@ impl Store for Prefixed {
     fn backend(&self) -> &'static str {
         self.inner.backend()
     }
+
+    async fn check(&self) -> Result<()> {
+        self.inner.check().await
+    }
 }
 
 #[cfg(test)]

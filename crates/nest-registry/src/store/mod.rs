@@ -156,6 +156,11 @@ impl Filter {
 }
 
 impl Registry {
+    /// Whether the storage serves now (the `etcd` health check of `/readyz` and `/healthz`).
+    pub async fn check_storage(&self) -> nest_storage::Result<()> {
+        self.store.check().await
+    }
+
     pub fn new(store: Arc<dyn Store>, catalog: Catalog) -> Registry {
         let service_cidr = "10.96.0.0/12".parse().expect("a valid default range");
         Registry {

@@ -87,6 +87,10 @@ pub struct Args {
     /// Requests one user may have in flight (watches and log streams aside); more get 429 Too Many Requests.
     #[arg(long, value_name = "N", default_value_t = nest_apiserver::limits::Limits::default().max_inflight_per_user)]
     max_requests_inflight_per_user: usize,
+    /// How often etcd's history is compacted (to the revision of one interval before), as kube-apiserver's
+    /// `--etcd-compaction-interval`; API servers sharing an etcd take turns. `0s` never compacts.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::bench::parse_duration)]
+    etcd_compaction_interval: std::time::Duration,
     /// The CA that signed etcd's serving certificate (for `--storage etcd=https://…`).
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires_all = ["etcd_certfile", "etcd_keyfile"])]
     etcd_cafile: Option<PathBuf>,
@@ -144,6 +148,9 @@ async fn open_etcd(urls: Vec<String>, args: &Args) -> anyhow::Result<Arc<dyn Sto
     };
     let config = nest_storage::etcd::Config { tls, ..Default::default() };
     let store = nest_storage::etcd::EtcdStore::connect(&urls, config).await?;
+    if !args.etcd_compaction_interval.is_zero() {
+        store.compact_every(args.etcd_compaction_interval);
+    }
     Ok(Arc::new(store))
 }
 

@@ -45,6 +45,12 @@ impl Server {
         Server::start_in(tempfile::tempdir().unwrap(), storage, prefix, &[])
     }
 
+    /// Starts a server on the etcd at `url` (its own key prefix) with more arguments.
+    pub fn start_in_etcd(url: &str, args: &[&str]) -> Server {
+        let prefix = format!("/test-{}-{}", std::process::id(), fastrand::u64(..));
+        Server::start_in(tempfile::tempdir().unwrap(), &Storage::Etcd(url.to_string()), &prefix, args)
+    }
+
     /// Starts a server on embedded storage with more arguments (such as `--service-cidr`).
     pub fn start_with(args: &[&str]) -> Server {
         Server::start_in(tempfile::tempdir().unwrap(), &Storage::Embedded, "", args)
