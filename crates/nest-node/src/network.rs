@@ -104,6 +104,13 @@ impl Network {
         // Pods' namespaces left on the bridge by an earlier run that did not stop cleanly: nothing runs in them any
         // more (the node kills what an earlier run left before it starts pods, each in a new namespace), and their
         // addresses would be taken twice.
+        self.sweep()
+    }
+
+    /// Deletes every pod namespace on this node's bridge: at start (what an earlier run left), and when the node
+    /// stops (after its pods, for a pod whose start failed half-way may have left one).
+    pub fn sweep(&self) -> Result<(), NetworkError> {
+        let Network::Bridged(bridge) = self else { return Ok(()) };
         let out = std::process::Command::new("ip").args(["-o", "link", "show", "master", &bridge.name]).output();
         let listed = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
         let mut words = listed.split_whitespace();

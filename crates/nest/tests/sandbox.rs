@@ -286,4 +286,6 @@ spec:
 
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
     assert!(processes_with(&marker).is_empty(), "a sandboxed process outlived nest up");
+    let left = common::up::pod_namespaces();
+    assert!(left.is_empty(), "nest up left pod network namespaces behind: {left:?}");
 }

@@ -116,6 +116,8 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
     }
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
     assert_eq!(processes_with(&marker), 0, "nest up left a process behind");
+    let left = common::up::pod_namespaces();
+    assert!(left.is_empty(), "nest up left pod network namespaces behind: {left:?}");
 
     let (child, _) = up(data.path());
     let demo = kubectl(&kubeconfig, cache.path(), &["get", "namespace", "demo", "-o", "jsonpath={.status.phase}"]);

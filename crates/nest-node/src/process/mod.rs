@@ -338,8 +338,14 @@ impl Runtime {
         let netns =
             self.network.add(&uid, address, &pod_dir).await.map_err(|e| PrepareError::Network(e.to_string()))?;
         for (container, launch) in containers.iter().zip(&mut launches) {
-            let sandboxed = self.sandboxes.prepare(pod, container, launch, facts.pod_ip, netns.as_deref(), base)?;
-            launch.sandbox = Some(Arc::new(sandboxed));
+            match self.sandboxes.prepare(pod, container, launch, facts.pod_ip, netns.as_deref(), base) {
+                Ok(sandboxed) => launch.sandbox = Some(Arc::new(sandboxed)),
+                Err(error) => {
+                    // Nothing runs in the namespace yet: it goes, and the next try makes it again.
+                    self.network.remove(&uid, &self.pod_dir(&uid)).await;
+                    return Err(error.into());
+                }
+            }
         }
         let setting = supervise::Setting {
             node: self.config.node.clone(),
@@ -416,6 +422,9 @@ impl Runtime {
         for (uid, _) in &runs {
             self.network.remove(uid, &self.pod_dir(uid)).await;
             subpath::release(&self.pod_dir(uid));
+        }
+        if let Err(error) = self.network.sweep() {
+            tracing::warn!(%error, "removing pods' network namespaces");
         }
     }
 

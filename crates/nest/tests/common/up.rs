@@ -82,3 +82,10 @@ pub fn demo_tenant(data: &Path, cache: &Path) -> std::path::PathBuf {
     std::fs::write(&demo, &written.stdout).unwrap();
     demo
 }
+
+/// The pod network namespaces on this machine (`/run/netns/nest-*`): none may outlive the `nest up` that made them.
+#[allow(dead_code)]
+pub fn pod_namespaces() -> Vec<String> {
+    let entries = std::fs::read_dir("/run/netns").into_iter().flatten().flatten();
+    entries.map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("nest-")).collect()
+}
