@@ -94,12 +94,14 @@ impl Chain {
         Chain::with_pod_security(crate::kinds::pod_security::Config::default())
     }
 
-    /// [`Chain::standard`] with Pod Security configured: `NamespaceLifecycle`, `NodeRestriction`, then `PodSecurity`.
+    /// [`Chain::standard`] with Pod Security configured: `LimitRanger` mutating; `NamespaceLifecycle`, `LimitRanger`,
+    /// `NodeRestriction`, then `PodSecurity` validating.
     pub fn with_pod_security(config: crate::kinds::pod_security::Config) -> Chain {
         Chain {
-            mutating: Vec::new(),
+            mutating: vec![Arc::new(crate::kinds::limit_range::LimitRanger)],
             validating: vec![
                 Arc::new(crate::kinds::namespace::Lifecycle),
+                Arc::new(crate::kinds::limit_range::LimitRanger),
                 Arc::new(crate::kinds::node_restriction::NodeRestriction),
                 Arc::new(crate::kinds::pod_security::PodSecurity { config }),
             ],

@@ -343,7 +343,7 @@ impl Runtime {
                 Err(error) => {
                     // Nothing runs in the namespace yet: it goes, and the next try makes it again.
                     self.network.remove(&uid, &self.pod_dir(&uid)).await;
-                    return Err(error.into());
+                    return Err(error);
                 }
             }
         }

@@ -22,6 +22,7 @@ pub mod crd;
 pub mod custom;
 pub mod endpoints;
 pub mod event;
+pub mod limit_range;
 pub mod namespace;
 pub mod node_restriction;
 pub mod pod;

@@ -156,6 +156,19 @@ pub fn qos_class(spec: &Value) -> &'static str {
 }
 
 fn default_container(c: &mut Value) {
+    // A limit without a request is the request too (`SetDefaults_Pod`).
+    let limits = c.pointer("/resources/limits").and_then(Value::as_object).cloned().unwrap_or_default();
+    if !limits.is_empty() {
+        let resources = c.as_object_mut().map(|c| c.entry("resources").or_insert_with(|| json!({})));
+        if let Some(resources) = resources.and_then(Value::as_object_mut) {
+            let requests = resources.entry("requests").or_insert_with(|| json!({}));
+            if let Some(requests) = requests.as_object_mut() {
+                for (resource, amount) in limits {
+                    requests.entry(resource).or_insert(amount);
+                }
+            }
+        }
+    }
     if c.get("terminationMessagePath").is_none() {
         c["terminationMessagePath"] = json!("/dev/termination-log");
     }
