@@ -95,7 +95,7 @@ impl Chain {
     }
 
     /// [`Chain::standard`] with Pod Security configured: `LimitRanger` mutating; `NamespaceLifecycle`, `LimitRanger`,
-    /// `NodeRestriction`, then `PodSecurity` validating.
+    /// `NodeRestriction`, `PodSecurity`, then `ResourceQuota` validating.
     pub fn with_pod_security(config: crate::kinds::pod_security::Config) -> Chain {
         Chain {
             mutating: vec![Arc::new(crate::kinds::limit_range::LimitRanger)],
@@ -104,6 +104,8 @@ impl Chain {
                 Arc::new(crate::kinds::limit_range::LimitRanger),
                 Arc::new(crate::kinds::node_restriction::NodeRestriction),
                 Arc::new(crate::kinds::pod_security::PodSecurity { config }),
+                // Last, as upstream: a pod another plugin refuses takes nothing of a quota.
+                Arc::new(crate::kinds::resource_quota::ResourceQuota::default()),
             ],
         }
     }

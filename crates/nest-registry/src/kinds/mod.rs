@@ -28,6 +28,7 @@ pub mod node_restriction;
 pub mod pod;
 pub mod pod_security;
 pub mod rbac;
+pub mod resource_quota;
 pub mod service;
 pub mod workload;
 
