@@ -23,10 +23,26 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 /// Where CNI plugins are looked for: Debian's directory, then the upstream one.
-const PLUGIN_DIRS: [&str; 2] = ["/usr/lib/cni", "/opt/cni/bin"];
+pub(crate) const PLUGIN_DIRS: [&str; 2] = ["/usr/lib/cni", "/opt/cni/bin"];
 
 /// The plugins a bridged node runs.
 const PLUGINS: [&str; 4] = ["loopback", "bridge", "static", "tuning"];
+
+/// The directory the plugins are taken from: the first that holds `bridge`.
+fn plugin_dir() -> PathBuf {
+    let found = PLUGIN_DIRS.iter().map(PathBuf::from).find(|dir| dir.join("bridge").is_file());
+    found.unwrap_or_else(|| PathBuf::from(PLUGIN_DIRS[0]))
+}
+
+/// The first plugin a bridged node runs that `dir` lacks.
+fn missing_plugin_in(dir: &Path) -> Option<&'static str> {
+    PLUGINS.iter().copied().find(|p| !dir.join(p).is_file())
+}
+
+/// The first plugin a bridged node runs that this machine lacks (see [`crate::prerequisites`]).
+pub fn missing_plugin() -> Option<&'static str> {
+    missing_plugin_in(&plugin_dir())
+}
 
 /// A pod's network namespaces live here, as `ip netns` keeps them.
 const NETNS_DIR: &str = "/run/netns";
@@ -71,9 +87,7 @@ impl Network {
         let mask = u32::MAX << (32 - u32::from(prefix));
         let gateway = Ipv4Addr::from((u32::from(address) & mask) + 1);
         let hash = hex::encode(sha2::Sha256::digest(node.as_bytes()));
-        let plugins = PLUGIN_DIRS.iter().map(PathBuf::from).find(|dir| dir.join("bridge").is_file());
-        let plugins = plugins.unwrap_or_else(|| PathBuf::from(PLUGIN_DIRS[0]));
-        Ok(Network::Bridged(Bridge { name: format!("nest-{}", &hash[..8]), gateway, prefix, plugins }))
+        Ok(Network::Bridged(Bridge { name: format!("nest-{}", &hash[..8]), gateway, prefix, plugins: plugin_dir() }))
     }
 
     /// The address pods reach this machine at, when they have their own network namespaces.
@@ -89,7 +103,7 @@ impl Network {
     /// bridge. Called when the node starts, before any pod. Says how to install what is missing.
     pub fn prepare(&self) -> Result<(), NetworkError> {
         let Network::Bridged(bridge) = self else { return Ok(()) };
-        if let Some(missing) = PLUGINS.iter().find(|p| !bridge.plugins.join(p).is_file()) {
+        if let Some(missing) = missing_plugin_in(&bridge.plugins) {
             return Err(NetworkError(format!(
                 "pods with a network of their own need the CNI plugin {missing:?} in {} or {} (Debian: apt-get \
                  install containernetworking-plugins; or give the node a loopback --pod-cidr to keep pods on the \

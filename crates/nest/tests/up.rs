@@ -244,3 +244,29 @@ fn with_defaults(text: &str) -> String {
     }
     out + rest
 }
+
+/// On a machine without runc, `nest up --no-install` says in one line which package to install, and starts nothing.
+/// (Without `--no-install`, as root where apt-get works, it installs the package instead: not tried here, since that
+/// would change the machine the suite runs on.)
+#[test]
+fn nest_up_without_runc_names_the_package_to_install() {
+    let data = tempfile::tempdir().unwrap();
+    // A PATH with iproute2's `ip` and nothing else: no runc.
+    let bin = tempfile::tempdir().unwrap();
+    let ip = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].into_iter().find(|p| Path::new(p).exists());
+    std::os::unix::fs::symlink(ip.expect("iproute2's ip"), bin.path().join("ip")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nest"))
+        .args(["up", "--no-install", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path().join("nest-data"))
+        .env("PATH", bin.path())
+        // (A backtrace asked for would follow the line.)
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "nest up started without runc: {said}");
+    assert!(said.contains("apt-get install runc") && said.contains("--no-install"), "{said}");
+    assert_eq!(said.trim_end().lines().count(), 1, "more than one line: {said}");
+    assert!(!data.path().join("nest-data").exists(), "nest up made its data directory before stopping");
+}

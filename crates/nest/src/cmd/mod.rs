@@ -11,6 +11,7 @@ pub mod image;
 pub mod kubeconfig;
 pub mod manager;
 pub mod node;
+pub mod prerequisites;
 pub mod proxy;
 pub mod render;
 pub mod scheduler;

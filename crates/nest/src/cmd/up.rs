@@ -36,6 +36,15 @@ pub struct Args {
     /// The most an image may be, pulled and unpacked (see `nest node --help`).
     #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = super::node::parse_bytes)]
     image_size_limit: u64,
+    /// An image the node runs as an executable of this machine, `PATTERN=EXECUTABLE` (as `python=/usr/bin/python3`),
+    /// inside the same sandbox, with this machine's system directories read-only; repeatable (see `nest node
+    /// --help`). An image the node's store holds or can pull is run from the image instead.
+    #[arg(long = "allow-image", value_name = "PATTERN=EXECUTABLE", value_parser = nest_node::allowlist::Allowlist::parse_entry)]
+    allow_images: Vec<nest_node::allowlist::Entry>,
+    /// Stop when the machine lacks what the node needs (runc, the CNI plugins, iproute2) rather than install it.
+    /// Without it, `nest up` run as root where apt-get works installs what is missing, and says so.
+    #[arg(long)]
+    no_install: bool,
 }
 
 /// The management cluster's Service range: ClusterIPs the proxy serves on this machine. Outside tenants' default
@@ -83,6 +92,7 @@ async fn node_client(data_dir: &std::path::Path, name: &str, address: &SocketAdd
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    super::prerequisites::ensure(!args.no_install)?;
     nest_apiserver::certs::create_private_dir(&args.data_dir)?;
     let store = nest_storage::embedded::EmbeddedStore::open(args.data_dir.join("store"), Default::default())
         .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
@@ -96,6 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ca_files: None,
         kubernetes_version: None,
         pod_security: Default::default(),
+        admission_plugins: Default::default(),
         limits: Default::default(),
         authorization: nest_apiserver::authz::Mode::NodeRbac,
         service_accounts: Default::default(),
@@ -150,6 +161,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let (cert, key, client_ca) =
         nest_apiserver::certs::issue_kubelet_serving(&args.data_dir.join("pki"), &node.name, &[node.address.parse()?])?;
+    let defaults = std::mem::take(&mut node.process.allowlist.entries);
+    node.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
     node.process.pull_from = args.pull_from.clone();
     node.process.image_size_limit = args.image_size_limit;
     // Any free port: the API server finds it in the Node's status.
