@@ -461,7 +461,10 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         // server's memory, whatever it sends. Its body stays unread, so the connection closes after the answer (the
         // unread bytes would be taken for its next request).
         let mut response = error_response(&ApiError::unauthorized());
-        response.headers_mut().insert("connection", "close".parse().expect("a header value"));
+        // (HTTP/2 has no such header: the stream is reset after the answer, the connection stays.)
+        if request.version < hyper::Version::HTTP_2 {
+            response.headers_mut().insert("connection", "close".parse().expect("a header value"));
+        }
         return Ok(response);
     }
     // Otherwise the whole body is read first, whatever the answer will be: a body left unread makes the HTTP/1.1

@@ -252,6 +252,16 @@ fn unauthenticated_requests_get_401_but_health_and_version_answer() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&posted.stderr);
     assert!(!posted.status.success() && stderr.contains("Unauthorized"), "{stderr}");
+    // And with no credential at all (curl: kubectl would ask for a user name), over HTTP/1.1 as most clients speak.
+    let posted = Command::new("curl")
+        .args(["-sk", "--http1.1", "-X", "POST", "-H", "Content-Type: application/json", "-w", "\n%{http_code}"])
+        .arg("--data-binary")
+        .arg(format!("@{}", big.display()))
+        .arg(format!("{url}/api/v1/namespaces/default/configmaps"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&posted.stdout);
+    assert!(stdout.ends_with("\n401") && stdout.contains(r#""reason":"Unauthorized""#), "{stdout}");
     assert!(server.ok(&["get", "--raw", "/healthz"]) == "ok", "the server keeps serving");
 }
 
@@ -535,22 +545,85 @@ fn pod_logs_never_dial_a_port_no_kubelet_could_have_registered() {
     assert!(!out.status.success() && said.contains("node liar does not serve the kubelet API"), "{said}");
 }
 
+/// Names that are paths and paths that climb (issue 18), sent as a tenant's admin would send them: each is a 422
+/// `Invalid` naming the field, with kube-apiserver's message (validation of 1.33: `ValidateDNS1123Label` for names,
+/// `validateLocalDescendingPath` for `subPath` and item paths, `IsConfigMapKey` for keys), on every backend.
+#[test]
+fn names_and_paths_that_climb_are_422_with_upstreams_messages() {
+    const LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and \
+                         must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used \
+                         for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+    const KEY: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  \
+                       or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: climber, namespace: default}\nspec:\n  containers:\n  \
+               - name: ../../c\n    image: nest\n    volumeMounts: [{name: ../v, mountPath: /v, subPath: \
+               ../../../../etc}]\n  volumes:\n  - {name: ../v, configMap: {name: c, items: [{key: k, path: \
+               /etc/passwd}]}}\n  - {name: d, downwardAPI: {items: [{path: ../x, fieldRef: {fieldPath: \
+               metadata.name}}]}}\n";
+    let configmap = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keys, namespace: default}\ndata: {/etc/passwd: x, '..': v}\n";
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: keys, namespace: default}\nstringData: {../s: x}\n";
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        // -v=6 has kubectl print each response's status line.
+        let refused = |manifest: &str| {
+            let out = server.kubectl_with_input(&["create", "-f", "-", "-v=6"], Some(manifest));
+            assert!(!out.status.success(), "{backend}: accepted {manifest}");
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        };
+        let said = refused(pod);
+        assert!(said.contains("422 Unprocessable Entity"), "{backend}: {said}");
+        assert!(said.contains(r#"The Pod "climber" is invalid: "#), "{backend}: {said}");
+        for expected in [
+            format!(r#"spec.containers[0].name: Invalid value: "../../c": {LABEL}"#),
+            format!(r#"spec.volumes[0].name: Invalid value: "../v": {LABEL}"#),
+            r#"spec.containers[0].volumeMounts[0].subPath: Invalid value: "../../../../etc": must not contain '..'"#
+                .into(),
+            r#"spec.volumes[0].configMap.items[0].path: Invalid value: "/etc/passwd": must be a relative path"#.into(),
+            r#"spec.volumes[1].downwardAPI.items[0].path: Invalid value: "../x": must not contain '..'"#.into(),
+            r#"spec.volumes[1].downwardAPI.items[0].path: Invalid value: "../x": must not start with '..'"#.into(),
+        ] {
+            assert!(said.contains(&expected), "{backend}: {expected}\nnot in {said}");
+        }
+        let said = refused(configmap);
+        assert!(said.contains("422 Unprocessable Entity"), "{backend}: {said}");
+        for expected in [
+            format!(r#"data[/etc/passwd]: Invalid value: "/etc/passwd": {KEY}"#),
+            r#"data[..]: Invalid value: "..": must not be '..'"#.into(),
+        ] {
+            assert!(said.contains(&expected), "{backend}: {expected}\nnot in {said}");
+        }
+        let said = refused(secret);
+        assert!(said.contains("422 Unprocessable Entity"), "{backend}: {said}");
+        let expected = format!(r#"data[../s]: Invalid value: "../s": {KEY}"#);
+        assert!(said.contains(&expected), "{backend}: {expected}\nnot in {said}");
+        assert!(said.contains(r#"data[../s]: Invalid value: "../s": must not start with '..'"#), "{backend}: {said}");
+        assert!(!server.kubectl(&["get", "pod", "climber"]).status.success(), "{backend}: the pod was stored");
+    }
+}
+
 /// kubectl as a user of the token file, with the server's CA.
 fn as_user(server: &Server, token: &str, args: &[&str]) -> std::process::Output {
     server.with_token(token, args)
 }
 
-fn rbac_server() -> (Server, tempfile::NamedTempFile) {
+/// A server on `storage` whose token file knows alice (in group team-a) and bob.
+fn rbac_server(storage: &Storage) -> (Server, tempfile::NamedTempFile) {
     use std::io::Write as _;
     let mut tokens = tempfile::NamedTempFile::new().unwrap();
     writeln!(tokens, "alice-token,alice,1,\"team-a\"\nbob-token,bob,2,\"\"").unwrap();
-    let server = Server::start_with(&["--token-auth-file", tokens.path().to_str().unwrap()]);
+    let server = Server::start_on(storage, &["--token-auth-file", tokens.path().to_str().unwrap()]);
     (server, tokens)
 }
 
 #[test]
 fn rbac_bindings_decide_what_a_user_may_do_and_revoke_at_once() {
-    let (server, _tokens) = rbac_server();
+    for (_, storage) in backends() {
+        rbac_bindings_decide_what_a_user_may_do_and_revoke_at_once_on(&storage);
+    }
+}
+
+fn rbac_bindings_decide_what_a_user_may_do_and_revoke_at_once_on(storage: &Storage) {
+    let (server, _tokens) = rbac_server(storage);
     for namespace in ["team", "other"] {
         server.ok(&["create", "namespace", namespace]);
         server.ok(&["-n", namespace, "create", "configmap", "settings", "--from-literal=k=v"]);
@@ -597,7 +670,13 @@ fn rbac_bindings_decide_what_a_user_may_do_and_revoke_at_once() {
 
 #[test]
 fn a_user_may_grant_only_what_it_holds() {
-    let (server, _tokens) = rbac_server();
+    for (_, storage) in backends() {
+        a_user_may_grant_only_what_it_holds_on(&storage);
+    }
+}
+
+fn a_user_may_grant_only_what_it_holds_on(storage: &Storage) {
+    let (server, _tokens) = rbac_server(storage);
     server.ok(&["create", "namespace", "team"]);
     server.ok(&["-n", "team", "create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice"]);
     // admin in team: alice may give bob view there (admin holds all of view)…
@@ -639,7 +718,13 @@ fn a_user_may_grant_only_what_it_holds() {
 
 #[test]
 fn kubectl_auth_can_i_whoami_and_as_answer_for_the_right_user() {
-    let (server, _tokens) = rbac_server();
+    for (_, storage) in backends() {
+        kubectl_auth_can_i_whoami_and_as_answer_for_the_right_user_on(&storage);
+    }
+}
+
+fn kubectl_auth_can_i_whoami_and_as_answer_for_the_right_user_on(storage: &Storage) {
+    let (server, _tokens) = rbac_server(storage);
     server.ok(&["create", "namespace", "team"]);
     server.ok(&["-n", "team", "create", "rolebinding", "alice-view", "--clusterrole=view", "--user=alice"]);
     let can = |args: &[&str]| String::from_utf8_lossy(&as_user(&server, "alice-token", args).stdout).trim().to_string();

@@ -76,7 +76,7 @@ spec:
   - name: main
     image: nest
     args: [node, --kubeconfig, /k/value, --name, fake, --runtime, process, --data-dir, /tmp/node,
-           --pod-cidr, 127.201.0.0/16, --kubelet-port, "0"]
+           --pod-cidr, 127.201.0.0/16, --kubelet-port, "0", --allow-image, sh=/bin/sh]
     volumeMounts: [{{name: k, mountPath: /k}}]
   volumes: [{{name: k, secret: {{secretName: own-cluster}}}}]
 "#,
@@ -106,6 +106,40 @@ spec:
     let refused = kubectl(&demo, cache.path(), &["apply", "-f", &climber.display().to_string()]);
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success() && said.contains("items[0].path"), "{said}");
+    // So are an absolute items[].path and ConfigMap keys that are paths, with kube-apiserver's messages.
+    let absolute = cache.path().join("absolute.yaml");
+    std::fs::write(
+        &absolute,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: absolute}}\nspec:\n  containers:\n  - {{name: main, image: nest, \
+             args: [debug, cat, /v/k]}}\n  volumes:\n  - {{name: v, configMap: {{name: bait, items: [{{key: k, path: \
+             /var/lib/{marker}}}]}}}}\n"
+        ),
+    )
+    .unwrap();
+    let refused = kubectl(&demo, cache.path(), &["create", "-f", &absolute.display().to_string()]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    let expected = format!(
+        r#"spec.volumes[0].configMap.items[0].path: Invalid value: "/var/lib/{marker}": must be a relative path"#
+    );
+    assert!(!refused.status.success() && said.contains(&expected), "{said}");
+    for key in ["../../x", "/var/lib/x"] {
+        let keyed = cache.path().join("keyed.yaml");
+        std::fs::write(
+            &keyed,
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: keyed}}\ndata: {{'{key}': planted}}\n"),
+        )
+        .unwrap();
+        let refused = kubectl(&demo, cache.path(), &["create", "-f", &keyed.display().to_string()]);
+        let said = String::from_utf8_lossy(&refused.stderr);
+        let expected = format!(
+            r#"data[{key}]: Invalid value: "{key}": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"#
+        );
+        assert!(!refused.status.success() && said.contains(&expected), "{key}: {said}");
+        assert!(said.contains(r#"The ConfigMap "keyed" is invalid"#), "{said}");
+        let climbs = format!(r#"data[{key}]: Invalid value: "{key}": must not start with '..'"#);
+        assert_eq!(said.contains(&climbs), key.starts_with(".."), "{key}: {said}");
+    }
 
     // The host's files are not in the sandbox, by any path.
     let logs = |pod: &str| String::from_utf8_lossy(&kubectl(&demo, cache.path(), &["logs", pod]).stdout).to_string();
@@ -178,9 +212,10 @@ spec:
     assert!(escaped.is_empty(), "files escaped their volume: {escaped:?}");
 
     // Claims: the tenant's own claim is bound (a local volume provisioned in the management cluster) and its pod
-    // writes there; a claim name that is not a Bound claim of the pod's namespace — one that does not exist, and
-    // the demo control plane's own data claim in the management cluster — leaves the pod Pending with a FailedMount
-    // Event, and mounts nothing.
+    // writes there; a claim name that is not a Bound claim of the pod's namespace — the demo control plane's own
+    // data claim in the management cluster, by its name and by a path climbing to it, a claim of the tenant that is
+    // never bound, and one that does not exist — leaves the pod Pending with a FailedMount Event, and mounts
+    // nothing.
     let managed = json(&admin, cache.path(), &["get", "persistentvolumeclaims", "-n", "default"]);
     let foreign = managed["items"]
         .as_array()
@@ -204,8 +239,13 @@ spec:
             "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: mine}\n\
              spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n"
                 .to_string(),
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: unbound}\nspec: {accessModes: \
+             [ReadWriteOnce], storageClassName: no-such-class, resources: {requests: {storage: 1Gi}}}\n"
+                .to_string(),
             claim_pod("keeper", "mine"),
             claim_pod("borrower", &foreign),
+            claim_pod("climber", &format!("../default/{foreign}")),
+            claim_pod("waiter", "unbound"),
             claim_pod("dreamer", "no-such-claim"),
         ]
         .join("---\n"),
@@ -218,18 +258,28 @@ spec:
         let pod = json(&demo, cache.path(), &["get", "pod", "keeper"]);
         claim["status"]["phase"] == "Bound" && pod["status"]["phase"] == "Running"
     });
-    for pod in ["borrower", "dreamer"] {
-        eventually(60, &format!("{pod}'s FailedMount event"), || {
+    // A name that is not one (`../default/…`) the node refuses outright, as a CreateContainerConfigError with the
+    // kubelet's `Failed` Event; the others wait for their claim with a `FailedMount` Event.
+    let climbing = format!("Error: volume \"data\": claimName \"../default/{foreign}\" is not a valid name");
+    let refusals = [
+        ("borrower", "FailedMount", "Unable to attach or mount volumes", "ContainerCreating"),
+        ("climber", "Failed", climbing.as_str(), "CreateContainerConfigError"),
+        ("waiter", "FailedMount", "Unable to attach or mount volumes", "ContainerCreating"),
+        ("dreamer", "FailedMount", "Unable to attach or mount volumes", "ContainerCreating"),
+    ];
+    for (pod, reason, message, waiting) in refusals {
+        eventually(60, &format!("{pod}'s {reason} event"), || {
             let selector = format!("involvedObject.name={pod}");
             let events = json(&demo, cache.path(), &["get", "events", "--field-selector", &selector]);
-            events["items"].as_array().into_iter().flatten().any(|e| {
-                e["reason"] == "FailedMount"
-                    && e["message"].as_str().is_some_and(|m| m.starts_with("Unable to attach or mount volumes"))
-            })
+            events["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.starts_with(message)))
         });
         let status = json(&demo, cache.path(), &["get", "pod", pod])["status"].clone();
         assert_eq!(status["phase"], "Pending", "{pod}: {status}");
-        assert_eq!(status["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating", "{status}");
+        assert_eq!(status["containerStatuses"][0]["state"]["waiting"]["reason"], waiting, "{status}");
     }
     // Nothing was made for them on the node: no directory of either claim name in any tenant's claims.
     let node_claims = data.path().join("nodes/nest-node-0/claims");
@@ -240,8 +290,9 @@ spec:
         assert!(!(tenant_side && made(&foreign)), "a tenant's namespace got the control plane's claim directory");
     }
 
-    // A node run inside a pod, with the tenant's own admin kubeconfig: it cannot make sandboxes (no privileges, a
-    // read-only root filesystem), so it stops before it registers, and no pod can be given to it.
+    // A node run inside a pod, with the tenant's own admin kubeconfig and the host's shell allowed as an image: it
+    // cannot make sandboxes (no privileges, a read-only root filesystem), so it stops before it registers, and no
+    // pod can be given to it.
     eventually(90, "the inner node failing", || {
         let status = container(&demo, cache.path(), "inner-node");
         status["restartCount"].as_i64() >= Some(1) || status["state"]["terminated"]["exitCode"].as_i64() > Some(0)

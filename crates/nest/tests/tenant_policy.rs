@@ -176,13 +176,15 @@ fn pod_security_and_the_syncers_policy_decide_what_a_tenant_puts_on_the_host() {
         assert!(!k(&["get", "pod", name, "-n", &strict_default]).status.success(), "{name} went down");
     }
     // Services: ClusterIP only unless the admin opts the tenant in; Endpoints never to the host or the API server:
-    // the tenant's own API server refuses loopback ones, as kube-apiserver does (the syncer's policy, which also
-    // refuses the management cluster's API server, nodes and other tenants' pods, is unit-tested in policy.rs).
+    // the tenant's own API server refuses loopback ones, as kube-apiserver does, and the syncer's policy refuses the
+    // management cluster's API server (its `kubernetes` Service's address, which the tenant's API server cannot
+    // know to refuse); nodes and other tenants' pods are unit-tested in policy.rs.
     let services = cache.path().join("services.yaml");
     std::fs::write(
         &services,
         "apiVersion: v1\nkind: Service\nmetadata: {name: exposed}\nspec: {type: NodePort, selector: {app: x}, ports: \
          [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: sideways}\nspec: {ports: [{port: 443}]}\n\
+         ---\napiVersion: v1\nkind: Service\nmetadata: {name: upward}\nspec: {ports: [{port: 443}]}\n\
          ---\napiVersion: v1\nkind: Service\nmetadata: {name: balanced}\nspec: {type: LoadBalancer, selector: {app: x}, \
          ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: named}\nspec: {type: ExternalName, \
          externalName: example.com}\n",
@@ -202,6 +204,28 @@ fn pod_security_and_the_syncers_policy_decide_what_a_tenant_puts_on_the_host() {
         said.contains(r#"subsets[0].addresses[0].ip: Invalid value: "127.0.0.1": may not be in the loopback range"#),
         "{said}"
     );
+    let api_server = ok(&["get", "service", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"]);
+    assert!(!api_server.is_empty() && !api_server.starts_with("127."), "{api_server}");
+    let upward = cache.path().join("upward.yaml");
+    std::fs::write(
+        &upward,
+        format!(
+            "apiVersion: v1\nkind: Endpoints\nmetadata: {{name: upward}}\nsubsets: [{{addresses: [{{ip: {api_server}}}], \
+             ports: [{{port: 443}}]}}]\n"
+        ),
+    )
+    .unwrap();
+    t_ok(&["create", "-f", upward.to_str().unwrap()]);
+    eventually(60, "the Endpoints to the management API server refused", || {
+        sync_failed(
+            "upward",
+            &format!(
+                "subsets[0].addresses[0].ip: \"{api_server}\" is the management cluster's API server, which the \
+                 management cluster's policy for tenants does not allow"
+            ),
+        )
+    });
+    assert!(!k(&["get", "endpoints", "upward", "-n", &strict_default]).status.success());
     eventually(60, "the NodePort Service refused", || sync_failed("exposed", "spec.type: \"NodePort\" is not allowed"));
     eventually(60, "the LoadBalancer Service refused", || {
         sync_failed("balanced", "spec.type: \"LoadBalancer\" is not allowed")

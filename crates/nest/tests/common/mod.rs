@@ -51,6 +51,12 @@ impl Server {
         Server::start_in(tempfile::tempdir().unwrap(), &Storage::Etcd(url.to_string()), &prefix, args)
     }
 
+    /// Starts a server on `storage` (its own key prefix) with more arguments.
+    pub fn start_on(storage: &Storage, args: &[&str]) -> Server {
+        let prefix = format!("/test-{}-{}", std::process::id(), fastrand::u64(..));
+        Server::start_in(tempfile::tempdir().unwrap(), storage, &prefix, args)
+    }
+
     /// Starts a server on embedded storage with more arguments (such as `--service-cidr`).
     pub fn start_with(args: &[&str]) -> Server {
         Server::start_in(tempfile::tempdir().unwrap(), &Storage::Embedded, "", args)
@@ -63,9 +69,15 @@ impl Server {
         Server::start_in(data, &Storage::Embedded, "", &[])
     }
 
+    /// A server alone has no controller-manager to make each namespace's `default` ServiceAccount, so, as envtest
+    /// runs kube-apiserver, its ServiceAccount admission is off unless the test's arguments say which plugins run
+    /// (the harnesses with controllers pass `--enable-admission-plugins=ServiceAccount`).
     fn start_in(data: tempfile::TempDir, storage: &Storage, prefix: &str, args: &[&str]) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_nest"));
         command.args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path()).args(args);
+        if !args.iter().any(|a| a.contains("-admission-plugins")) {
+            command.arg("--disable-admission-plugins=ServiceAccount");
+        }
         if let Storage::Etcd(url) = storage {
             command.arg(format!("--storage=etcd={url}")).arg(format!("--storage-prefix={prefix}"));
         }
