@@ -23,7 +23,7 @@ pub mod reviews;
 pub mod table;
 pub mod tokens;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -59,6 +59,8 @@ pub struct Config {
     pub kubernetes_version: Option<String>,
     /// Pod Security admission's defaults and exemptions.
     pub pod_security: nest_registry::kinds::pod_security::Config,
+    /// The admission plugins that run (`--enable-admission-plugins`, `--disable-admission-plugins`).
+    pub admission_plugins: nest_registry::admission::Plugins,
     /// What one client may take: connections, timeouts, requests in flight.
     pub limits: limits::Limits,
     /// How requests are authorized (`--authorization-mode`).
@@ -90,6 +92,9 @@ pub async fn serve(
     if address.ip().is_unspecified() {
         ips = vec!["127.0.0.1".parse().expect("an address")];
     }
+    // In-cluster clients dial the `kubernetes` Service's address (KUBERNETES_SERVICE_HOST), as kube-apiserver's
+    // serving certificate names it.
+    ips.push(IpAddr::V4(config.service_cidr.kubernetes_service_ip()));
     let names = certs::serving_names(&ips, &config.extra_sans);
     let given_ca = config.ca_files.as_ref().map(|(cert, key)| (cert.as_path(), key.as_path()));
     let pki = certs::Pki::load_or_create(&config.data_dir, &names, given_ca)?;
@@ -108,7 +113,7 @@ pub async fn serve(
         None => Tokens::default(),
     };
     let service_accounts = tokens::Issuer::load(&config.service_accounts, &config.data_dir)?;
-    let admission = nest_registry::admission::Chain::with_pod_security(config.pod_security.clone());
+    let admission = nest_registry::admission::Chain::of(&config.admission_plugins, config.pod_security.clone());
     let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr).with_admission(admission);
     registry.bootstrap(address.port()).await?;
     let kubelet_tls = Arc::new(logs::kubelet_client(&pki)?);

@@ -113,6 +113,10 @@ pub fn components(provider: Provider) -> Vec<Value> {
             rules.push(json!({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["*"]}));
         }
     }
+    // With `--install-crds=false` the manager reads the Cluster CRD once, to know whether the Cluster API core owns
+    // Clusters (`nest manager`).
+    rules.push(json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                      "resourceNames": ["clusters.cluster.x-k8s.io"], "verbs": ["get"]}));
     objects.push(json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": name, "namespace": namespace, "labels": labels(provider)},
@@ -156,14 +160,89 @@ pub fn components(provider: Provider) -> Vec<Value> {
                         "image": nest_image(),
                         "args": ["manager", format!("--controllers={}", provider.controllers()), "--install-crds=false"],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
-                        "securityContext": {"allowPrivilegeEscalation": false, "runAsNonRoot": true,
-                                            "capabilities": {"drop": ["ALL"]}},
+                        "securityContext": restricted(),
                     }],
                 },
             },
         },
     }));
+    if provider == Provider::ControlPlane {
+        objects.extend(syncer(provider));
+    }
     objects
+}
+
+/// A container's securityContext that Pod Security `restricted` admits: nest's image's own non-root user.
+fn restricted() -> Value {
+    json!({"allowPrivilegeEscalation": false, "runAsNonRoot": true, "runAsUser": 65532,
+           "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+}
+
+/// What the syncer reads and writes in the management cluster: the tenants' objects it copies down (in namespaces
+/// it makes), what it copies up (nodes, volumes, events, shared classes), the control planes it serves and their
+/// kubeconfig Secrets.
+pub fn syncer_rules() -> Value {
+    let all = json!(["get", "list", "watch", "create", "update", "patch", "delete"]);
+    let read = json!(["get", "list", "watch"]);
+    json!([
+        {"apiGroups": [""], "resources": ["namespaces", "pods", "services", "configmaps", "secrets", "serviceaccounts",
+                                          "endpoints", "persistentvolumeclaims"], "verbs": all},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes", "persistentvolumes", "events"], "verbs": read},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": read},
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": read},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": read},
+        {"apiGroups": [CONTROL_PLANE_GROUP], "resources": ["nestedcontrolplanes"], "verbs": read},
+        {"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": read},
+    ])
+}
+
+/// The syncer, with the control plane provider: its ServiceAccount, role and binding, and Deployment (`nest syncer`
+/// with the pod's own account, its kubelet endpoints on the pod's address).
+fn syncer(provider: Provider) -> Vec<Value> {
+    let namespace = provider.namespace();
+    let name = "capn-syncer";
+    let selector = json!({"cluster.x-k8s.io/provider": provider.label(), "control-plane": "syncer"});
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels(provider)},
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels(provider)},
+            "rules": syncer_rules(),
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": labels(provider)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels(provider)},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": selector},
+                    "spec": {
+                        "serviceAccountName": name,
+                        "terminationGracePeriodSeconds": 10,
+                        "containers": [{
+                            "name": "syncer",
+                            "image": nest_image(),
+                            "args": ["syncer", "--kubelet-address=$(POD_IP)"],
+                            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
+                            "securityContext": restricted(),
+                        }],
+                    },
+                },
+            },
+        }),
+    ]
 }
 
 /// `cluster-template.yaml`: a Cluster with a NestedCluster and a NestedControlPlane, shaped by clusterctl variables.

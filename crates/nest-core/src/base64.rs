@@ -14,6 +14,11 @@ pub fn encode_url(bytes: impl AsRef<[u8]>) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// The bytes of base64url without padding (a JSON Web Token's part); `None` for anything else.
+pub fn decode_url(text: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).ok()
+}
+
 /// The bytes of standard base64 with padding; `None` for anything else (surrounding white space is not allowed).
 pub fn decode(text: &str) -> Option<Vec<u8>> {
     STANDARD.decode(text).ok()
@@ -38,5 +43,7 @@ mod tests {
         assert!(super::decode("Zm8").is_none(), "padding is required");
         assert!(super::decode("Z!==").is_none());
         assert!(super::decode_text("/w==").is_none(), "not UTF-8");
+        assert_eq!(super::decode_url(&super::encode_url([0xfb, 0xff])).unwrap(), [0xfb, 0xff]);
+        assert_eq!(super::encode_url([0xfb, 0xff]), "-_8");
     }
 }

@@ -19,6 +19,7 @@ pub mod expand;
 pub mod images;
 pub mod kubelet;
 pub mod network;
+pub mod prerequisites;
 pub mod probe;
 pub mod process;
 pub mod proxy;
@@ -388,10 +389,28 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
         return Ok(Action::await_change());
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default();
-    if runtime.knows(&uid) || phase == "Succeeded" || phase == "Failed" {
+    if phase == "Succeeded" || phase == "Failed" {
         return Ok(Action::await_change());
     }
     let ip = address(pod, context);
+    let facts = process::prepare::PodFacts {
+        pod,
+        pod_ip: &ip,
+        host_ip: &context.options.address,
+        node_cpu: quantity::parse(&context.options.cpu),
+        node_memory: quantity::parse(&context.options.memory),
+    };
+    if runtime.knows(&uid) {
+        // Running: its volumes are kept up to date, its tokens renewed; a failure is tried again at the next look.
+        let again = match runtime.refresh(pod, &facts).await {
+            Ok(again) => again,
+            Err(error) => {
+                tracing::info!(pod = %pod.name_any(), %error, "refreshing a pod's volumes");
+                Duration::from_secs(10)
+            }
+        };
+        return Ok(Action::requeue(again));
+    }
     // An image pull failed a moment ago: the pod waits out the back-off, as the kubelet's does.
     if let Some(backoff) = runtime.pull_backoff(&uid) {
         let message = format!("Back-off pulling image \"{}\"", backoff.image);
@@ -404,15 +423,8 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
         let left = backoff.until.saturating_duration_since(std::time::Instant::now());
         return Ok(Action::requeue(left + Duration::from_millis(100)));
     }
-    let facts = process::prepare::PodFacts {
-        pod,
-        pod_ip: &ip,
-        host_ip: &context.options.address,
-        node_cpu: quantity::parse(&context.options.cpu),
-        node_memory: quantity::parse(&context.options.memory),
-    };
     match runtime.start(pod, &facts).await {
-        Ok(()) => Ok(Action::await_change()),
+        Ok(()) => Ok(Action::requeue(process::VOLUME_REFRESH)),
         Err(error) => {
             tracing::info!(pod = %pod.name_any(), %error, "cannot start a pod");
             let waiting = json!({"waiting": {"reason": error.reason(), "message": error.to_string()}});
@@ -438,6 +450,13 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
                 && waiting_message(pod) != Some(error.to_string().as_str())
             {
                 event(pod, context, "Warning", "FailedMount", &error.to_string()).await?;
+            }
+            // What the pod's spec asks and the node will not do (CreateContainerConfigError): the kubelet's
+            // `Failed` Event, once for each new message.
+            if let process::PrepareError::Config(_) = &error
+                && waiting_message(pod) != Some(error.to_string().as_str())
+            {
+                event(pod, context, "Warning", "Failed", &format!("Error: {error}")).await?;
             }
             // The kubelet's two Events for a failed pull: what failed, and the container's new waiting reason. An
             // image a Never policy keeps from being pulled is told once, not at every look.

@@ -88,26 +88,83 @@ pub struct Chain {
     pub validating: Vec<Arc<dyn Validating>>,
 }
 
+/// The admission plugins nest has, by kube-apiserver's names, in the order they run (upstream's recommended order).
+pub const PLUGINS: [&str; 6] =
+    ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "NodeRestriction", "PodSecurity", "ResourceQuota"];
+
+/// Which plugins run: every one of [`PLUGINS`] unless disabled (`--enable-admission-plugins` and
+/// `--disable-admission-plugins` as kube-apiserver takes them; every plugin nest has is on by default).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plugins {
+    enabled: Vec<&'static str>,
+}
+
+impl Default for Plugins {
+    fn default() -> Plugins {
+        Plugins { enabled: PLUGINS.to_vec() }
+    }
+}
+
+impl Plugins {
+    /// The default set with `enable` added and `disable` taken away; a name nest does not have is an error in
+    /// upstream's words, as is a plugin both enabled and disabled.
+    pub fn new(enable: &[String], disable: &[String]) -> std::result::Result<Plugins, String> {
+        let known = |flag: &str, name: &String| {
+            PLUGINS.iter().copied().find(|p| p == name).ok_or_else(|| format!("{flag} plugin {name:?} is unknown"))
+        };
+        let enable =
+            enable.iter().map(|n| known("enable-admission-plugins", n)).collect::<std::result::Result<Vec<_>, _>>()?;
+        let disable = disable
+            .iter()
+            .map(|n| known("disable-admission-plugins", n))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        if let Some(both) = enable.iter().find(|p| disable.contains(p)) {
+            return Err(format!("{both} in enable-admission-plugins and disable-admission-plugins overlapped"));
+        }
+        Ok(Plugins { enabled: PLUGINS.iter().copied().filter(|p| !disable.contains(p)).collect() })
+    }
+
+    /// Whether plugin `name` runs.
+    pub fn runs(&self, name: &str) -> bool {
+        self.enabled.contains(&name)
+    }
+}
+
 impl Chain {
-    /// What every nest API server runs, with Pod Security's defaults (unlabelled namespaces are not checked).
+    /// What every nest API server runs by default, with Pod Security's defaults (unlabelled namespaces are not
+    /// checked).
     pub fn standard() -> Chain {
         Chain::with_pod_security(crate::kinds::pod_security::Config::default())
     }
 
-    /// [`Chain::standard`] with Pod Security configured: `LimitRanger` mutating; `NamespaceLifecycle`, `LimitRanger`,
-    /// `NodeRestriction`, `PodSecurity`, then `ResourceQuota` validating.
+    /// [`Chain::standard`] with Pod Security configured.
     pub fn with_pod_security(config: crate::kinds::pod_security::Config) -> Chain {
-        Chain {
-            mutating: vec![Arc::new(crate::kinds::limit_range::LimitRanger)],
-            validating: vec![
-                Arc::new(crate::kinds::namespace::Lifecycle),
-                Arc::new(crate::kinds::limit_range::LimitRanger),
-                Arc::new(crate::kinds::node_restriction::NodeRestriction),
-                Arc::new(crate::kinds::pod_security::PodSecurity { config }),
-                // Last, as upstream: a pod another plugin refuses takes nothing of a quota.
-                Arc::new(crate::kinds::resource_quota::ResourceQuota::default()),
-            ],
+        Chain::of(&Plugins::default(), config)
+    }
+
+    /// The `plugins` that run, Pod Security configured by `config`: `LimitRanger` and `ServiceAccount` mutating;
+    /// `NamespaceLifecycle`, `LimitRanger`, `ServiceAccount`, `NodeRestriction`, `PodSecurity`, then `ResourceQuota`
+    /// validating.
+    pub fn of(plugins: &Plugins, config: crate::kinds::pod_security::Config) -> Chain {
+        use crate::kinds::{limit_range, namespace, node_restriction, pod_security, resource_quota, service_account};
+        let mut chain = Chain::default();
+        if plugins.runs("LimitRanger") {
+            chain.mutating.push(Arc::new(limit_range::LimitRanger));
         }
+        if plugins.runs("ServiceAccount") {
+            chain.mutating.push(Arc::new(service_account::ServiceAccount));
+        }
+        let validating: [(&str, Arc<dyn Validating>); 6] = [
+            ("NamespaceLifecycle", Arc::new(namespace::Lifecycle)),
+            ("LimitRanger", Arc::new(limit_range::LimitRanger)),
+            ("ServiceAccount", Arc::new(service_account::ServiceAccount)),
+            ("NodeRestriction", Arc::new(node_restriction::NodeRestriction)),
+            ("PodSecurity", Arc::new(pod_security::PodSecurity { config })),
+            // Last, as upstream: a pod another plugin refuses takes nothing of a quota.
+            ("ResourceQuota", Arc::new(resource_quota::ResourceQuota::default())),
+        ];
+        chain.validating = validating.into_iter().filter(|(name, _)| plugins.runs(name)).map(|(_, p)| p).collect();
+        chain
     }
 
     /// Adds a validating plugin at the end.
@@ -134,5 +191,30 @@ impl Chain {
             plugin.validate(cluster, request, object, warnings).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugins_are_switched_by_upstreams_names_and_flags() {
+        let all = Plugins::default();
+        assert!(PLUGINS.iter().all(|p| all.runs(p)));
+        let off = Plugins::new(&[], &["ServiceAccount".into()]).unwrap();
+        assert!(!off.runs("ServiceAccount") && off.runs("PodSecurity"));
+        assert_eq!(Plugins::new(&["ServiceAccount".into()], &[]).unwrap(), all);
+        assert_eq!(
+            Plugins::new(&["AlwaysPullImages".into()], &[]).unwrap_err(),
+            "enable-admission-plugins plugin \"AlwaysPullImages\" is unknown"
+        );
+        assert_eq!(
+            Plugins::new(&["ServiceAccount".into()], &["ServiceAccount".into()]).unwrap_err(),
+            "ServiceAccount in enable-admission-plugins and disable-admission-plugins overlapped"
+        );
+        let chain = Chain::of(&off, Default::default());
+        assert_eq!((chain.mutating.len(), chain.validating.len()), (1, 5));
+        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (2, 6));
     }
 }

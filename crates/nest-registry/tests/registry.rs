@@ -23,7 +23,15 @@ impl Fixture {
         let registry = Registry::open(store.clone()).await.unwrap();
         let f = Fixture { registry, store, _dir: dir };
         f.registry.create(&f.r("", "namespaces"), "", json!({"metadata": {"name": "ns"}}), false).await.unwrap();
+        f.account("ns").await;
         f
+    }
+
+    /// The namespace's `default` ServiceAccount, which ServiceAccount admission wants before a pod (a
+    /// controller-manager would make it).
+    async fn account(&self, namespace: &str) {
+        let account = json!({"metadata": {"name": "default"}});
+        self.registry.create(&self.r("", "serviceaccounts"), namespace, account, false).await.unwrap();
     }
 
     fn r(&self, group: &str, plural: &str) -> Resource {
@@ -612,6 +620,7 @@ async fn pod_security_enforces_and_warns_by_namespace_labels() {
         "pod-security.kubernetes.io/warn": "restricted",
     }}});
     f.registry.create(&namespaces, "", labelled, false).await.unwrap();
+    f.account("tenant").await;
     let pods = f.r("", "pods");
     let escape = json!({"metadata": {"name": "escape"}, "spec": {"hostPID": true, "containers": [
         {"name": "c", "image": "nginx", "securityContext": {"privileged": true}},

@@ -72,7 +72,8 @@ pub fn built_in() -> Vec<Kind> {
             content: &["data"],
             status_up: false,
             admit: anything,
-            super_name: same,
+            // Pods' token Secrets are the syncer's own ([`crate::tokens`]).
+            super_name: |name| (!name.starts_with(crate::tokens::SECRET_PREFIX)).then_some(name),
         },
         Kind {
             name: "serviceaccounts",
@@ -143,7 +144,7 @@ pub fn built_in() -> Vec<Kind> {
             resource: resource("", "v1", "Pod"),
             down: |o, m| {
                 let mut pod = with(o, m, &[]);
-                pod["spec"] = pod_spec(&o["spec"], m);
+                pod["spec"] = pod_spec(&o["spec"], m, o["metadata"]["name"].as_str().unwrap_or_default());
                 Some(pod)
             },
             content: &[],
@@ -232,10 +233,11 @@ fn pick(object: &Value, fields: &[&str]) -> Value {
     Value::Object(picked)
 }
 
-/// A tenant pod's spec as it runs in the super cluster: unscheduled; without the tenant's service-account token
-/// (the super cluster cannot issue it) but with the tenant's API server as `kubernetes`; with the downward API
-/// reporting the tenant's namespace; with affinity terms kept within the tenant.
-fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
+/// A tenant pod's spec as it runs in the super cluster: unscheduled; with its tenant ServiceAccount's tokens (which
+/// the tenant API server issues, [`crate::tokens`]) projected from the pod's token Secret instead of asked of the
+/// super cluster, and the tenant's API server as `kubernetes`; with the downward API reporting the tenant's
+/// namespace and the tenant pod's UID; with affinity terms kept within the tenant.
+fn pod_spec(spec: &Value, mapping: &Mapping, pod: &str) -> Value {
     let mut spec = spec.clone();
     let Some(map) = spec.as_object_mut() else { return json!({}) };
     // A node selector stays: virtual nodes carry the super nodes' names and labels.
@@ -243,34 +245,37 @@ fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
     for field in ["nodeName", "serviceAccount", "priority"] {
         map.remove(field);
     }
-    // The tenant's account is synced too; its token is not mounted (the super cluster cannot issue it).
+    // The tenant's account is synced too; the super cluster mounts no token of its own: the tenant's tokens come
+    // from the pod's token Secret, each where the tenant pod asked for it.
     if map.get("serviceAccountName").is_none_or(|n| n.as_str().is_none_or(str::is_empty)) {
         map.insert("serviceAccountName".into(), json!("default"));
     }
     map.insert("automountServiceAccountToken".into(), json!(false));
-    // Token volumes (the tenant's `kube-api-access-*`) and their mounts go.
-    let token_volumes: Vec<String> = map
-        .get("volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|v| {
-            v["projected"]["sources"]
-                .as_array()
-                .is_some_and(|s| s.iter().any(|s| s.get("serviceAccountToken").is_some()))
-        })
-        .filter_map(|v| v["name"].as_str().map(str::to_string))
-        .collect();
-    if let Some(volumes) = map.get_mut("volumes").and_then(Value::as_array_mut) {
-        volumes.retain(|v| !v["name"].as_str().is_some_and(|n| token_volumes.iter().any(|t| t == n)));
+    let secret = crate::tokens::secret_name(pod);
+    for volume in map.get_mut("volumes").and_then(Value::as_array_mut).into_iter().flatten() {
+        let name = volume["name"].as_str().unwrap_or_default().to_string();
+        let sources = volume.pointer_mut("/projected/sources").and_then(Value::as_array_mut);
+        for (index, source) in sources.into_iter().flatten().enumerate() {
+            if let Some(token) = source.get("serviceAccountToken").cloned() {
+                let item = json!({"key": crate::tokens::key(&name, index), "path": token["path"]});
+                *source = json!({"secret": {"name": secret, "items": [item]}});
+            }
+        }
+        // (Read through `pointer_mut`: indexing a missing field of a `Value` for writing would add it as null.)
+        for item in volume.pointer_mut("/downwardAPI/items").and_then(Value::as_array_mut).into_iter().flatten() {
+            tenant_field(item);
+        }
+        let sources = volume.pointer_mut("/projected/sources").and_then(Value::as_array_mut);
+        for source in sources.into_iter().flatten() {
+            for item in source.pointer_mut("/downwardAPI/items").and_then(Value::as_array_mut).into_iter().flatten() {
+                tenant_field(item);
+            }
+        }
     }
     config_maps_by_super_name(map);
     let (host, port) = mapping.api_server;
     for list in ["initContainers", "containers"] {
         for container in map.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
-            if let Some(mounts) = container.get_mut("volumeMounts").and_then(Value::as_array_mut) {
-                mounts.retain(|m| !m["name"].as_str().is_some_and(|n| token_volumes.iter().any(|t| t == n)));
-            }
             let mut env: Vec<Value> = container["env"]
                 .as_array()
                 .cloned()
@@ -314,6 +319,18 @@ fn pod_spec(spec: &Value, mapping: &Mapping) -> Value {
         }
     }
     spec
+}
+
+/// A downward-API item whose `fieldRef` would read the super pod's namespace or UID reads the tenant's instead, from
+/// the annotations the syncer puts on the super pod.
+fn tenant_field(item: &mut Value) {
+    let Some(path) = item.pointer_mut("/fieldRef/fieldPath") else { return };
+    let tenant = match path.as_str() {
+        Some("metadata.namespace") => TENANT_NAMESPACE,
+        Some("metadata.uid") => TENANT_UID,
+        _ => return,
+    };
+    *path = json!(format!("metadata.annotations['{tenant}']"));
 }
 
 /// Points every ConfigMap a pod spec names (volumes, projected sources, `env` and `envFrom`) at its super name; a
@@ -366,7 +383,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_goes_down_unscheduled_with_the_tenant_api_server_and_namespace() {
+    fn a_pod_goes_down_unscheduled_with_the_tenant_api_server_namespace_and_tokens() {
         let pod = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "web", "uid": "u1", "labels": {"app": "x", "tenancy.nest.dev/cluster": "forged"}},
@@ -375,8 +392,13 @@ mod tests {
                 "containers": [{"name": "c", "image": "nginx",
                     "env": [{"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
                     "volumeMounts": [{"name": "kube-api-access-x", "mountPath": "/var/run/secrets"}, {"name": "data", "mountPath": "/d"}]}],
-                "volumes": [{"name": "kube-api-access-x", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
-                            {"name": "data", "emptyDir": {}}],
+                "volumes": [{"name": "kube-api-access-x", "projected": {"sources": [
+                                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+                            {"name": "data", "emptyDir": {}},
+                            {"name": "me", "downwardAPI": {"items": [{"path": "uid", "fieldRef": {"fieldPath": "metadata.uid"}},
+                                                                     {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}],
             },
             "status": {"phase": "Running"},
         });
@@ -393,8 +415,23 @@ mod tests {
         assert_eq!(down["spec"]["serviceAccountName"], "builder");
         assert_eq!(down["spec"]["automountServiceAccountToken"], false);
         let container = &down["spec"]["containers"][0];
-        assert_eq!(container["volumeMounts"].as_array().unwrap().len(), 1);
-        assert_eq!(down["spec"]["volumes"].as_array().unwrap().len(), 1);
+        assert_eq!(container["volumeMounts"].as_array().unwrap().len(), 2, "the token volume stays mounted");
+        // The token is the pod's token Secret's (the tenant API server's), the CA the tenant's, the namespace the
+        // tenant's.
+        let sources = &down["spec"]["volumes"][0]["projected"]["sources"];
+        assert_eq!(
+            sources[0],
+            json!({"secret": {"name": crate::tokens::secret_name("p"), "items": [{"key": "kube-api-access-x.0", "path": "token"}]}})
+        );
+        assert_eq!(sources[1]["configMap"]["name"], "nest-kube-root-ca.crt");
+        let tenant_namespace = "metadata.annotations['tenancy.nest.dev/namespace']";
+        assert_eq!(sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"], tenant_namespace);
+        let items = &down["spec"]["volumes"][2]["downwardAPI"]["items"];
+        assert_eq!(items[0]["fieldRef"]["fieldPath"], "metadata.annotations['tenancy.nest.dev/uid']");
+        assert_eq!(items[1]["fieldRef"]["fieldPath"], "metadata.name", "the super pod has the tenant pod's name");
+        let secrets = kinds.iter().find(|k| k.name == "secrets").unwrap();
+        assert_eq!((secrets.super_name)(&crate::tokens::secret_name("p")), None, "a tenant Secret in its place");
+        assert_eq!((secrets.super_name)("settings"), Some("settings"));
         let env = container["env"].as_array().unwrap();
         assert!(env.contains(&json!({"name": "NS", "value": "web"})), "{env:?}");
         assert!(env.contains(&json!({"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.9"})), "{env:?}");

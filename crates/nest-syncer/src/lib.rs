@@ -33,6 +33,7 @@ pub mod public;
 pub mod queue;
 pub mod sync;
 pub mod tenants;
+pub mod tokens;
 pub mod volumes;
 
 use std::collections::BTreeMap;

@@ -32,6 +32,8 @@ pub struct Done {
     pub up: usize,
     /// Waiting for something else to be synced first: look again shortly.
     pub again: bool,
+    /// Something is due then (a pod's tokens are renewed): look again after this long.
+    pub after: Option<std::time::Duration>,
 }
 
 /// A worker: takes items in turn and reconciles them.
@@ -55,6 +57,8 @@ pub async fn work(syncer: Arc<Syncer>) {
                         syncer.failures.lock().expect("the failures lock").remove(&(key.clone(), item.clone()));
                         if done.again {
                             later(&syncer, &key, item.clone(), std::time::Duration::from_millis(500));
+                        } else if let Some(after) = done.after {
+                            later(&syncer, &key, item.clone(), after);
                         }
                     }
                     Err(error) => {
@@ -84,8 +88,17 @@ fn later(syncer: &Arc<Syncer>, key: &str, item: Item, delay: std::time::Duration
 /// the tenant as a Warning Event on the object, so its owner sees why it does not run.
 async fn retry(syncer: &Arc<Syncer>, tenant: &Tenant, item: Item, error: &kube::Error) {
     let key = tenant.key.as_str();
+    // A pod refused because its namespace's `default` ServiceAccount is not there yet (the super cluster's
+    // controllers make it a moment after the namespace) is tried again, as a ReplicaSet controller would.
+    let account_pending =
+        |status: &kube::core::Status| status.code == 403 && status.message.contains("error looking up service account");
     match error {
-        kube::Error::Api(status) if (400..500).contains(&status.code) && status.code != 409 && status.code != 429 => {
+        kube::Error::Api(status)
+            if (400..500).contains(&status.code)
+                && status.code != 409
+                && status.code != 429
+                && !account_pending(status) =>
+        {
             tracing::info!(tenant = %key, ?item, %error, "refused; not retried");
             if let Item::Object { kind, namespace, name } = &item {
                 let reference = ObjectRef::new_with(name, syncer.kinds[*kind].resource.clone()).within(namespace);
@@ -402,6 +415,14 @@ async fn reconcile_object(
                 syncer.queue.add(&tenant.key, crate::Item::Volume(volume.to_string()));
             }
         }
+        // A pod's token Secret goes once its super pod has.
+        if spec.name == "pods"
+            && super_value.is_none()
+            && super_has(syncer, "secrets", &super_namespace, &crate::tokens::secret_name(name))
+        {
+            crate::tokens::remove(syncer, &super_namespace, name).await?;
+            done.down += 1;
+        }
         if let Some(tenant_value) = &tenant_value
             && !tenant_value["metadata"]["deletionTimestamp"].is_null()
             && spec.name == "pods"
@@ -433,6 +454,10 @@ async fn reconcile_object(
             && !super_has(syncer, "serviceaccounts", &super_namespace, account)
         {
             return Ok(Done { again: true, ..done });
+        }
+        // Its tokens before the pod: the node would otherwise find the Secret missing.
+        if spec.name == "pods" {
+            done.after = crate::tokens::ensure(syncer, tenant, namespace, &super_namespace, &tenant_value).await?;
         }
         let object: DynamicObject = serde_json::from_value(wanted).map_err(kube::Error::SerdeError)?;
         match super_api.create(&PostParams::default(), &object).await {
@@ -496,6 +521,7 @@ async fn reconcile_object(
         done.down += 1;
     }
     if spec.name == "pods" {
+        done.after = crate::tokens::ensure(syncer, tenant, namespace, &super_namespace, &tenant_value).await?;
         // A pod's spec is mostly immutable: its images are what can be put back.
         let operations: Vec<Value> = wanted["spec"]["containers"]
             .as_array()

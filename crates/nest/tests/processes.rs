@@ -25,7 +25,7 @@ struct Cluster {
 
 impl Cluster {
     fn start(pod_cidr: &str, service_cidr: &str, extra: &[&str]) -> Cluster {
-        let server = Server::start_with(&["--service-cidr", service_cidr]);
+        let server = Server::start_with(&["--service-cidr", service_cidr, "--enable-admission-plugins=ServiceAccount"]);
         let controllers = ControllerManager::start(&server, "cm", 15);
         let scheduler = Component::run(&server, &["scheduler"]);
         let proxy = Component::run(&server, &["proxy"]);

@@ -241,7 +241,9 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         ],
     );
     eventually(30, "the annotated pod in the super cluster", || {
-        server.json(&["get", "pod", "annotated", "-n", &a_default])["metadata"]["annotations"]["team"] == "blue"
+        let out = server.kubectl(&["get", "pod", "annotated", "-n", &a_default, "-o", "json"]);
+        let pod: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        pod["metadata"]["annotations"]["team"] == "blue"
     });
     let annotations = server.json(&["get", "pod", "annotated", "-n", &a_default])["metadata"]["annotations"].clone();
     assert!(
@@ -324,7 +326,10 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     server.apply_manifest(SHARED);
     eventually(30, "the account and the Endpoints synced", || {
         server.kubectl(&["get", "serviceaccount", "builder", "-n", &a_default]).status.success()
-            && server.json(&["get", "endpoints", "external", "-n", &a_default])["subsets"][0]["addresses"][0]["ip"]
+            && serde_json::from_slice::<Value>(
+                &server.kubectl(&["get", "endpoints", "external", "-n", &a_default, "-o", "json"]).stdout,
+            )
+            .unwrap_or_default()["subsets"][0]["addresses"][0]["ip"]
                 == "10.1.2.3"
     });
     // A claim the super cluster binds: the tenant gets the volume, bound to its claim; it goes with the claim.

@@ -102,7 +102,7 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
         .and_then(|s| s.spec.and_then(|s| s.cluster_ip))
         .filter(|ip| !ip.is_empty() && ip != "None");
     let Some(service_ip) = service_ip else {
-        report_components(&planes, &plane, &components, &target, refusal.as_ref(), false).await?;
+        report_components(&planes, &plane, &components, &target, refusal.as_ref(), Serving::default()).await?;
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
     let endpoint = plane.spec.control_plane_endpoint.clone().filter(|e| !e.is_zero());
@@ -144,9 +144,35 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
     if !initialized && let Some(tenant) = tenant_client(&server, &ca.0.cert, Some(&admin)).await {
         initialized = within(tenant.apiserver_version()).await.is_some();
     }
-    report_components(&planes, &plane, &components, &target, refusal.as_ref(), initialized).await?;
     let all_ready = components.iter().all(|(_, state)| state.as_ref().is_some_and(ComponentState::ready));
-    Ok(look_again(initialized && all_ready))
+    // Ready also means the tenant's controllers work (its `default` ServiceAccount is there, without which its
+    // ServiceAccount admission refuses every pod of `default`): asked until it is so once, then not again.
+    let was_ready = plane
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let mut controllers = was_ready;
+    if initialized
+        && all_ready
+        && !was_ready
+        && let Some(tenant) = tenant_client(&server, &ca.0.cert, Some(&admin)).await
+    {
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(tenant, "default");
+        controllers = within(accounts.get_opt("default")).await.flatten().is_some();
+    }
+    let serving = Serving { initialized, controllers };
+    report_components(&planes, &plane, &components, &target, refusal.as_ref(), serving).await?;
+    Ok(look_again(initialized && all_ready && controllers))
+}
+
+/// What the tenant's control plane has shown it does.
+#[derive(Clone, Copy, Debug, Default)]
+struct Serving {
+    /// Its API server answered (Cluster API's `initialized`).
+    initialized: bool,
+    /// Its controllers made the `default` ServiceAccount of `default`.
+    controllers: bool,
 }
 
 /// What the control plane knows of one of its components.
@@ -223,8 +249,9 @@ async fn report_components(
     components: &[(Component, Option<ComponentState>)],
     target: &str,
     refusal: Option<&(&'static str, String)>,
-    initialized: bool,
+    serving: Serving,
 ) -> Result<()> {
+    let initialized = serving.initialized;
     let generation = plane.metadata.generation;
     let previous = plane.status.clone().unwrap_or_default();
     let kind_of = |component: &Component| match component {
@@ -244,13 +271,16 @@ async fn report_components(
             (running != Some(target)).then(|| format!("{} ({})", kind_of(component), running.unwrap_or("not running")))
         })
         .collect();
-    let ready = initialized && not_ready.is_empty();
+    let ready = initialized && not_ready.is_empty() && serving.controllers;
     let ready_condition = if ready {
         condition("Ready", true, "Ready", "", generation)
     } else if !not_ready.is_empty() {
         condition("Ready", false, "ComponentsNotReady", format!("waiting for {}", not_ready.join(", ")), generation)
-    } else {
+    } else if !initialized {
         condition("Ready", false, "WaitingForAPIServer", "the API server has not answered yet", generation)
+    } else {
+        let message = "the controller-manager has not made the default ServiceAccount yet";
+        condition("Ready", false, "WaitingForControllers", message, generation)
     };
     let rolling_out = if behind.is_empty() {
         condition("RollingOut", false, "NotRollingOut", "", generation)

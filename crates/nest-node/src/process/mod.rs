@@ -82,7 +82,20 @@ pub struct Runtime {
     images: crate::images::Store,
     /// Pods whose image pulls failed, by UID.
     pulls: Mutex<HashMap<String, PullBackOff>>,
+    /// When running pods' volumes were last written and their projected tokens are due for renewal, by UID.
+    renewals: Mutex<HashMap<String, Freshness>>,
 }
+
+/// When a running pod's volumes were last written, and when its projected tokens are due for renewal.
+#[derive(Clone, Copy, Debug)]
+struct Freshness {
+    written: std::time::Instant,
+    renew_tokens: Option<std::time::SystemTime>,
+}
+
+/// How often a running pod's ConfigMap, Secret, downward-API and projected volumes are written again from what the
+/// API server holds (the kubelet's sync period is a minute, plus its caches' time).
+pub const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 
 impl Runtime {
     /// A runtime keeping its files under `config.data_dir`. Processes and containers left behind by an earlier run
@@ -111,6 +124,7 @@ impl Runtime {
             network,
             images,
             pulls: Mutex::new(HashMap::new()),
+            renewals: Mutex::new(HashMap::new()),
         })
     }
 
@@ -305,7 +319,9 @@ impl Runtime {
         let pod_dir = self.pod_dir(&uid);
         let claims_dir = self.config.data_dir.join("claims");
         let mut sources = prepare::Sources::new(self.client.clone(), &pod.namespace().unwrap_or_default());
-        prepare::write_volumes(facts, &mut sources, &pod_dir, &claims_dir).await?;
+        prepare::write_volumes(facts, &mut sources, &pod_dir, &claims_dir, false).await?;
+        let fresh = Freshness { written: std::time::Instant::now(), renew_tokens: sources.renew_tokens_at };
+        self.renewals.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.clone(), fresh);
         let chosen = self.sources(pod).map_err(|image| PrepareError::Config(format!("image {image} not allowed")))?;
         let spec = pod.spec.clone().unwrap_or_default();
         let containers: Vec<_> = spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect();
@@ -359,6 +375,35 @@ impl Runtime {
         Ok(())
     }
 
+    /// Writes a running pod's ConfigMap, Secret, downward-API and projected volumes again, as the kubelet keeps them
+    /// up to date: files that changed are replaced whole, already the pod's users'; its projected tokens are asked
+    /// for again once due ([`prepare::renew_at`]). Returns when to look again.
+    pub async fn refresh(&self, pod: &Pod, facts: &prepare::PodFacts<'_>) -> Result<Duration, PrepareError> {
+        let uid = pod.uid().unwrap_or_default();
+        let last = self.renewals.lock().unwrap_or_else(|p| p.into_inner()).get(&uid).copied();
+        let now = std::time::SystemTime::now();
+        let due = last.and_then(|l| l.renew_tokens).filter(|at| *at <= now);
+        // A pod is looked at whenever it changes (its own status reports included): its volumes are written at most
+        // once a period, unless a token is due.
+        if let Some(last) = last.filter(|_| due.is_none()) {
+            let left = VOLUME_REFRESH.saturating_sub(last.written.elapsed());
+            if !left.is_zero() {
+                let until_renewal = last.renew_tokens.and_then(|at| at.duration_since(now).ok()).unwrap_or(left);
+                return Ok(left.min(until_renewal));
+            }
+        }
+        let mut sources = prepare::Sources::new(self.client.clone(), &pod.namespace().unwrap_or_default());
+        sources.tokens = due.is_some();
+        sources.owner = Some(self.sandboxes.volume_owner(pod, self.sandboxes.base(pod)?));
+        let claims = self.config.data_dir.join("claims");
+        prepare::write_volumes(facts, &mut sources, &self.pod_dir(&uid), &claims, true).await?;
+        let renew_tokens = sources.renew_tokens_at.or(last.and_then(|l| l.renew_tokens).filter(|at| *at > now));
+        let fresh = Freshness { written: std::time::Instant::now(), renew_tokens };
+        self.renewals.lock().unwrap_or_else(|p| p.into_inner()).insert(uid, fresh);
+        let until_renewal = renew_tokens.and_then(|at| at.duration_since(now).ok()).unwrap_or(VOLUME_REFRESH);
+        Ok(until_renewal.min(VOLUME_REFRESH))
+    }
+
     /// Stops pod `uid`'s processes (SIGTERM, SIGKILL after `grace`) and waits for them. The pod stays known until
     /// [`Runtime::remove`].
     pub async fn stop(&self, uid: &str, grace: Duration) {
@@ -371,6 +416,7 @@ impl Runtime {
     /// Forgets pod `uid` and deletes its files (claims stay).
     pub async fn remove(&self, uid: &str) {
         self.pulls().remove(uid);
+        self.renewals.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
         let run = self.pods().remove(uid);
         if let Some(run) = run {
             run.stop(Duration::ZERO).await;

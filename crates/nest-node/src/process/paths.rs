@@ -8,7 +8,7 @@
 //! `pkg/apis/core/validation`, 1.33), so that nothing a real cluster accepts is refused here.
 
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Component, Path};
 
 use super::prepare::PrepareError;
@@ -50,8 +50,24 @@ pub fn name<'a>(name: &'a str, field: &str) -> Result<&'a str, PrepareError> {
 
 /// Writes `contents` to `base/relative` (which [`relative`] accepted), creating the directories between, none of
 /// which may be a symbolic link: a link a pod's process left there is refused, not followed. The file is created
-/// 0600 (the pod's processes run as the node's user) and an existing one replaced, not written through.
+/// 0600 (the pod's processes run as the node's user) beside its place and renamed over what stands there, so that a
+/// volume refreshed while its pod runs (a Secret changed, a token renewed) is never seen half-written or missing,
+/// and a link planted there is replaced, not written through.
 pub fn write_beneath(base: &Path, relative: &Path, contents: &[u8]) -> std::io::Result<()> {
+    write_beneath_as(base, relative, contents, None)
+}
+
+/// Who a file written into a running pod's volume belongs to, and its mode: what the pod's users must find at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+}
+
+/// [`write_beneath`], the new file given to `owner` before it takes its place; a file already holding `contents`
+/// is left as it is.
+pub fn write_beneath_as(base: &Path, relative: &Path, contents: &[u8], owner: Option<Owner>) -> std::io::Result<()> {
     let mut at = base.to_path_buf();
     let parts: Vec<Component> = relative.components().filter(|c| *c != Component::CurDir).collect();
     let Some((last, dirs)) = parts.split_last() else {
@@ -68,12 +84,20 @@ pub fn write_beneath(base: &Path, relative: &Path, contents: &[u8]) -> std::io::
             Err(error) => return Err(error),
         }
     }
+    let mut new = at.clone();
+    new.push(format!(".{}.nest-new", last.as_os_str().to_string_lossy()));
     at.push(last);
-    // Whatever stands there (a file from the last start, a link planted since) goes; the new file never follows a
-    // link (O_NOFOLLOW on top of O_EXCL).
-    match std::fs::symlink_metadata(&at) {
-        Ok(meta) if meta.file_type().is_dir() => return Err(not_a_directory(&at)),
-        Ok(_) => std::fs::remove_file(&at)?,
+    if std::fs::symlink_metadata(&at).is_ok_and(|meta| meta.file_type().is_dir()) {
+        return Err(not_a_directory(&at));
+    }
+    if owner.is_some() && unchanged(&at, contents) {
+        return Ok(());
+    }
+    // A file an interrupted write left (or anything planted in its place) goes; the new one never follows a link
+    // (O_NOFOLLOW on top of O_EXCL).
+    match std::fs::symlink_metadata(&new) {
+        Ok(meta) if meta.file_type().is_dir() => return Err(not_a_directory(&new)),
+        Ok(_) => std::fs::remove_file(&new)?,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => return Err(error),
     }
@@ -82,8 +106,23 @@ pub fn write_beneath(base: &Path, relative: &Path, contents: &[u8]) -> std::io::
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&at)?;
-    file.write_all(contents)
+        .open(&new)?;
+    file.write_all(contents)?;
+    if let Some(Owner { uid, gid, mode }) = owner {
+        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    }
+    drop(file);
+    std::fs::rename(&new, &at)
+}
+
+/// Whether the regular file at `path` (not a link) holds `contents`.
+fn unchanged(path: &Path, contents: &[u8]) -> bool {
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path);
+    let Ok(file) = file else { return false };
+    let mut held = Vec::with_capacity(contents.len());
+    use std::io::Read as _;
+    file.take(contents.len() as u64 + 1).read_to_end(&mut held).is_ok() && held == contents
 }
 
 fn not_a_directory(path: &Path) -> std::io::Error {

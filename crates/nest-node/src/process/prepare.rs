@@ -108,13 +108,31 @@ pub struct PodFacts<'a> {
     pub node_memory: f64,
 }
 
-/// Reads ConfigMaps, Secrets and Services of the pod's namespace, each once.
+/// Reads ConfigMaps, Secrets and Services of the pod's namespace, each once, and asks for its ServiceAccount's
+/// tokens; remembers when the first token it got must be renewed.
 pub struct Sources {
     client: Client,
     namespace: String,
     config_maps: BTreeMap<String, Option<ConfigMap>>,
     secrets: BTreeMap<String, Option<Secret>>,
     services: Option<Vec<Service>>,
+    /// When the earliest token asked for so far must be asked for again.
+    pub renew_tokens_at: Option<std::time::SystemTime>,
+    /// Who the files of a running pod's volumes belong to, when they are written again while it runs.
+    pub owner: Option<paths::Owner>,
+    /// Whether projected tokens are asked for (at start, and when one is due for renewal), or left as they are.
+    pub tokens: bool,
+}
+
+/// The longest a projected token is kept before it is asked for again, whatever it is valid for (the kubelet's
+/// token manager's `maxTTL`).
+const TOKEN_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// When a token valid for `seconds` from `issued` is renewed: after 80% of its life, or a day, as the kubelet's token
+/// manager does (`requiresRefresh`, 1.33).
+pub fn renew_at(issued: std::time::SystemTime, seconds: i64) -> std::time::SystemTime {
+    let life = std::time::Duration::from_secs(seconds.max(0).unsigned_abs());
+    issued + (life * 4 / 5).min(TOKEN_MAX_AGE)
 }
 
 impl Sources {
@@ -125,7 +143,39 @@ impl Sources {
             config_maps: BTreeMap::new(),
             secrets: BTreeMap::new(),
             services: None,
+            renew_tokens_at: None,
+            owner: None,
+            tokens: true,
         }
+    }
+
+    /// A token of the pod's ServiceAccount for a projected volume: asked of the API server (TokenRequest) for
+    /// `audience` (the API server's own when empty), valid for `seconds`, and bound to the pod, so that it stops
+    /// working once the pod is deleted.
+    pub async fn token(&mut self, pod: &Pod, audience: &str, seconds: i64) -> Result<String, kube::Error> {
+        use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+        let account = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or("default".into());
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: if audience.is_empty() { Vec::new() } else { vec![audience.to_string()] },
+                expiration_seconds: Some(seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(pod.name_any()),
+                    uid: pod.uid(),
+                }),
+            },
+            ..Default::default()
+        };
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let asked = std::time::SystemTime::now();
+        let answer = accounts.create_token_request(&account, &Default::default(), &request).await?;
+        let granted = answer.spec.expiration_seconds.unwrap_or(seconds);
+        let renew = renew_at(asked, granted);
+        self.renew_tokens_at = Some(self.renew_tokens_at.map_or(renew, |at| at.min(renew)));
+        Ok(answer.status.map(|s| s.token).unwrap_or_default())
     }
 
     /// The Services whose variables a pod gets, as the kubelet picks them: those of the pod's namespace (with
@@ -344,6 +394,7 @@ fn write_keys(
     items: Option<&Vec<KeyToPath>>,
     what: &str,
     optional: bool,
+    owner: Option<paths::Owner>,
 ) -> Result<(), PrepareError> {
     let chosen: Vec<(String, String, String)> = match items {
         Some(items) => items
@@ -356,7 +407,7 @@ fn write_keys(
     for (key, path, field) in chosen {
         let path = paths::relative(&path, &field)?;
         match values.get(&key) {
-            Some(value) => paths::write_beneath(dir, path, value)?,
+            Some(value) => paths::write_beneath_as(dir, path, value, owner)?,
             None if optional => {}
             None => return Err(PrepareError::Config(format!("couldn't find key {key} in {what}"))),
         }
@@ -371,9 +422,10 @@ fn write_source(
     items: Option<&Vec<KeyToPath>>,
     what: &str,
     optional: bool,
+    owner: Option<paths::Owner>,
 ) -> Result<(), PrepareError> {
     match values {
-        Some(values) => write_keys(dir, &values, items, what, optional),
+        Some(values) => write_keys(dir, &values, items, what, optional, owner),
         None if optional => Ok(()),
         None => Err(PrepareError::Config(format!("{what} not found"))),
     }
@@ -384,6 +436,7 @@ fn downward_items(
     facts: &PodFacts,
     items: &[DownwardAPIVolumeFile],
     containers: &[Container],
+    owner: Option<paths::Owner>,
 ) -> Result<(), PrepareError> {
     for (i, item) in items.iter().enumerate() {
         let path = paths::relative(&item.path, &format!("downwardAPI items[{i}].path"))?;
@@ -396,7 +449,7 @@ fn downward_items(
         } else {
             continue;
         };
-        paths::write_beneath(dir, path, value.as_bytes())?;
+        paths::write_beneath_as(dir, path, value.as_bytes(), owner)?;
     }
     Ok(())
 }
@@ -427,16 +480,21 @@ pub fn volume_dir(pod: &Pod, volume: &Volume, pod_dir: &Path, claims_dir: &Path)
 /// Writes every volume of the pod (ConfigMap, Secret, projected, downward API) and creates the directories of the
 /// others (emptyDir, claims); a pod with a `hostPath` volume or a name or path that would leave its directories is
 /// refused ([`volume_dir`], [`paths`]).
+///
+/// Run again while the pod runs (`refresh`), it writes only the first four, each file that changed given at once to
+/// `sources.owner`, as the kubelet keeps such volumes up to date.
 pub async fn write_volumes(
     facts: &PodFacts<'_>,
     sources: &mut Sources,
     pod_dir: &Path,
     claims_dir: &Path,
+    refresh: bool,
 ) -> Result<(), PrepareError> {
     let spec = facts.pod.spec.clone().unwrap_or_default();
+    let owner = sources.owner;
     // Every claim first: the pod runs once each is a Bound claim of its own namespace, and until then nothing of it
     // is made (not even a claim's directory).
-    for volume in spec.volumes.iter().flatten() {
+    for volume in spec.volumes.iter().flatten().filter(|_| !refresh) {
         if let Some(source) = &volume.persistent_volume_claim {
             let mount = |message: String| PrepareError::Mount { volume: volume.name.clone(), message };
             paths::name(&source.claim_name, &format!("volume {:?}: claimName", volume.name))?;
@@ -452,36 +510,44 @@ pub async fn write_volumes(
         }
     }
     for volume in spec.volumes.iter().flatten() {
+        let written = volume.config_map.is_some()
+            || volume.secret.is_some()
+            || volume.downward_api.is_some()
+            || volume.projected.is_some();
+        if refresh && !written {
+            continue;
+        }
         let dir = volume_dir(facts.pod, volume, pod_dir, claims_dir)?;
         std::fs::create_dir_all(&dir)?;
         if let Some(source) = &volume.config_map {
             let values = sources.config_map(&source.name).await?;
             let what = format!("configmap {:?}", source.name);
-            write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true))?;
+            write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true), owner)?;
         } else if let Some(source) = &volume.secret {
             let name = source.secret_name.clone().unwrap_or_default();
             let values = sources.secret(&name).await?;
-            write_source(
-                &dir,
-                values,
-                source.items.as_ref(),
-                &format!("secret {name:?}"),
-                source.optional == Some(true),
-            )?;
+            let what = format!("secret {name:?}");
+            write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true), owner)?;
         } else if let Some(source) = &volume.downward_api {
-            downward_items(&dir, facts, source.items.as_deref().unwrap_or_default(), &spec.containers)?;
+            downward_items(&dir, facts, source.items.as_deref().unwrap_or_default(), &spec.containers, owner)?;
         } else if let Some(projected) = &volume.projected {
             for source in projected.sources.iter().flatten() {
                 if let Some(source) = &source.config_map {
                     let values = sources.config_map(&source.name).await?;
                     let what = format!("configmap {:?}", source.name);
-                    write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true))?;
+                    write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true), owner)?;
                 } else if let Some(source) = &source.secret {
                     let values = sources.secret(&source.name).await?;
                     let what = format!("secret {:?}", source.name);
-                    write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true))?;
+                    write_source(&dir, values, source.items.as_ref(), &what, source.optional == Some(true), owner)?;
                 } else if let Some(source) = &source.downward_api {
-                    downward_items(&dir, facts, source.items.as_deref().unwrap_or_default(), &spec.containers)?;
+                    let items = source.items.as_deref().unwrap_or_default();
+                    downward_items(&dir, facts, items, &spec.containers, owner)?;
+                } else if let Some(source) = source.service_account_token.as_ref().filter(|_| sources.tokens) {
+                    let path = paths::relative(&source.path, "serviceAccountToken path")?;
+                    let audience = source.audience.as_deref().unwrap_or_default();
+                    let token = sources.token(facts.pod, audience, source.expiration_seconds.unwrap_or(3600)).await?;
+                    paths::write_beneath_as(&dir, path, token.as_bytes(), owner)?;
                 }
             }
         }

@@ -209,13 +209,7 @@ impl Sandboxes {
     /// when it has no `/`). Fails, in one line, when the runtime is missing or cannot work here. Containers an earlier
     /// run of this node left are removed.
     pub fn new(data_dir: &Path, runtime: &Path, init: &Path, programs: Vec<PathBuf>) -> Result<Sandboxes, Unavailable> {
-        let works = std::process::Command::new(runtime)
-            .arg("--version")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !works {
+        if !crate::prerequisites::answers(runtime, &["--version"]) {
             return Err(Unavailable(format!(
                 "the process runtime runs every pod in a sandbox through an OCI runtime, and {:?} does not run: \
                  install runc (Debian and Ubuntu: apt-get install runc) or pass another with --oci-runtime",
@@ -308,22 +302,7 @@ impl Sandboxes {
     /// pod's processes left in them.
     pub fn own_volumes(&self, pod: &Pod, pod_dir: &Path, claims_dir: &Path, base: u32) -> Result<(), PrepareError> {
         let spec = pod.spec.clone().unwrap_or_default();
-        let context = spec.security_context.clone().unwrap_or_default();
-        let users: std::collections::BTreeSet<Option<i64>> = spec
-            .init_containers
-            .iter()
-            .flatten()
-            .chain(&spec.containers)
-            .map(|c| c.security_context.as_ref().and_then(|s| s.run_as_user))
-            .collect();
-        let shared = match users.into_iter().collect::<Vec<_>>()[..] {
-            [Some(user)] => Some(user),
-            _ => None,
-        };
-        let id = |value: Option<i64>| value.and_then(|v| u32::try_from(v).ok()).filter(|v| *v < RANGE);
-        let uid = base + id(context.run_as_user.or(shared)).unwrap_or(0);
-        let fs_group = id(context.fs_group);
-        let gid = base + fs_group.or(id(context.run_as_group)).unwrap_or(0);
+        let (uid, gid, fs_group) = volume_users(pod, base);
         for volume in spec.volumes.iter().flatten() {
             let dir = super::prepare::volume_dir(pod, volume, pod_dir, claims_dir)?;
             let written = volume.config_map.is_some()
@@ -332,10 +311,16 @@ impl Sandboxes {
                 || volume.projected.is_some();
             let fresh = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == 0);
             if written || volume.persistent_volume_claim.is_none() || fresh {
-                own(&dir, uid, gid, fs_group.is_some(), written)?;
+                own(&dir, uid, gid, fs_group, written)?;
             }
         }
         Ok(())
+    }
+
+    /// Who a file the node writes into a running pod's volume belongs to: as [`Sandboxes::own_volumes`] leaves them.
+    pub fn volume_owner(&self, pod: &Pod, base: u32) -> super::paths::Owner {
+        let (uid, gid, group_reads) = volume_users(pod, base);
+        super::paths::Owner { uid, gid, mode: if group_reads { 0o640 } else { 0o600 } }
     }
 
     /// Writes the bundle of `container` (index `index` of the pod's init containers and containers), whose process is
@@ -602,6 +587,30 @@ fn create_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
 
 /// Gives `path` to `uid`:`gid` (0600/0700, or 0640/0750 when the group reads), everything beneath it too when
 /// `deep`; symbolic links are neither followed nor changed.
+/// The host user and group a pod's volumes belong to (in the pod's range from `base`): `runAsUser` of the pod, else
+/// the one its containers all run as, else the container's root; group `fsGroup` (which then reads them), else
+/// `runAsGroup`, else root's. The third value says whether the group reads them.
+fn volume_users(pod: &Pod, base: u32) -> (u32, u32, bool) {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let context = spec.security_context.clone().unwrap_or_default();
+    let users: std::collections::BTreeSet<Option<i64>> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .map(|c| c.security_context.as_ref().and_then(|s| s.run_as_user))
+        .collect();
+    let shared = match users.into_iter().collect::<Vec<_>>()[..] {
+        [Some(user)] => Some(user),
+        _ => None,
+    };
+    let id = |value: Option<i64>| value.and_then(|v| u32::try_from(v).ok()).filter(|v| *v < RANGE);
+    let uid = base + id(context.run_as_user.or(shared)).unwrap_or(0);
+    let fs_group = id(context.fs_group);
+    let gid = base + fs_group.or(id(context.run_as_group)).unwrap_or(0);
+    (uid, gid, fs_group.is_some())
+}
+
 fn own(path: &Path, uid: u32, gid: u32, group_reads: bool, deep: bool) -> std::io::Result<()> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,

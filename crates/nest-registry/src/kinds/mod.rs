@@ -30,6 +30,7 @@ pub mod pod_security;
 pub mod rbac;
 pub mod resource_quota;
 pub mod service;
+pub mod service_account;
 pub mod workload;
 
 use crate::catalog::{ALL, Builtin, ResourceInfo, SubresourceInfo};

@@ -89,7 +89,10 @@ impl Syncer {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let total = args.tenants * args.pods_per_tenant;
-    let server = ApiServer::start(None).await?;
+    // No controller-manager runs in either cluster to make namespaces' `default` ServiceAccounts: as envtest runs
+    // kube-apiserver, ServiceAccount admission is off (so tenant pods carry no token the syncer brings down).
+    const NO_ACCOUNTS: &[&str] = &["--disable-admission-plugins=ServiceAccount"];
+    let server = ApiServer::start_with(None, NO_ACCOUNTS).await?;
     let kubeconfig = server.data.path().join("admin.kubeconfig");
     // Simulated nodes with room for every pod (a node's pod range holds 254 addresses).
     let nodes = (total / 250 + 1).to_string();
@@ -105,7 +108,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     // The tenants: API servers, made known as ready control planes.
     eprintln!("bench sync: starting {} tenant API servers", args.tenants);
-    let tenants = futures_util::future::try_join_all((0..args.tenants).map(|_| ApiServer::start(None))).await?;
+    let tenants =
+        futures_util::future::try_join_all((0..args.tenants).map(|_| ApiServer::start_with(None, NO_ACCOUNTS))).await?;
     let planes: Api<nest_capn::api::NestedControlPlane> = Api::namespaced(client.clone(), "default");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let mut tenant_clients = Vec::new();

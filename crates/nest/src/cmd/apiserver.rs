@@ -57,6 +57,14 @@ pub struct Args {
     /// Runtime classes whose pods Pod Security never checks; repeatable.
     #[arg(long = "pod-security-exempt-runtime-class", value_name = "CLASS")]
     pod_security_exempt_runtime_classes: Vec<String>,
+    /// Admission plugins to run besides the default ones (comma-separated; nest runs every plugin it has by
+    /// default: NamespaceLifecycle, LimitRanger, ServiceAccount, NodeRestriction, PodSecurity, ResourceQuota).
+    #[arg(long, value_name = "PLUGINS", value_delimiter = ',')]
+    enable_admission_plugins: Vec<String>,
+    /// Admission plugins not to run (comma-separated), such as ServiceAccount on a server with no controller-manager
+    /// to make each namespace's `default` ServiceAccount.
+    #[arg(long, value_name = "PLUGINS", value_delimiter = ',')]
+    disable_admission_plugins: Vec<String>,
     /// How requests are authorized: `Node,RBAC` (nodes' credentials reach what their pods use, then the Roles and
     /// bindings stored here decide; `system:masters` may do everything), `RBAC`, or `AlwaysAllow`.
     #[arg(long, value_name = "MODES", default_value = "Node,RBAC")]
@@ -178,6 +186,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             exempt_namespaces: args.pod_security_exempt_namespaces.clone(),
             exempt_runtime_classes: args.pod_security_exempt_runtime_classes.clone(),
         },
+        admission_plugins: nest_registry::admission::Plugins::new(
+            &args.enable_admission_plugins,
+            &args.disable_admission_plugins,
+        )
+        .map_err(anyhow::Error::msg)?,
         authorization: args.authorization_mode,
         service_accounts: nest_apiserver::tokens::Config {
             issuer: args.service_account_issuer.clone(),

@@ -10,9 +10,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The management ("super") cluster.
+    /// The management ("super") cluster; inside a pod, the pod's service account when unset.
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
-    kubeconfig: PathBuf,
+    kubeconfig: Option<PathBuf>,
     /// How often every object of every tenant is compared, both ways.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     patrol_seconds: u64,
@@ -103,7 +103,13 @@ pub fn parse_gvk(text: &str) -> Result<(String, String, String), String> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = nest_client::connect(&args.kubeconfig).await?.client;
+    let client = match &args.kubeconfig {
+        Some(kubeconfig) => nest_client::connect(kubeconfig).await?.client,
+        None => {
+            let config = kube::Config::incluster().context("no --kubeconfig, and not running in a pod")?;
+            kube::Client::try_from(config)?
+        }
+    };
     let options = nest_syncer::Options {
         patrol: Duration::from_secs(args.patrol_seconds.max(1)),
         kubelet_address: args.kubelet_address,

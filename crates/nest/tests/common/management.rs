@@ -10,33 +10,41 @@ use super::{Component, ControllerManager, KUBECTL, Server};
 /// A management cluster: API server (ClusterIPs in `service_cidr`), controller-manager, scheduler, proxy, manager,
 /// and a node running nest's image as processes with pods in `pod_cidr`.
 pub fn management(service_cidr: &str, pod_cidr: &str, node_dir: &Path) -> (Server, Vec<Component>) {
-    let server = Server::start_with(&["--service-cidr", service_cidr]);
+    management_with(service_cidr, pod_cidr, node_dir, true)
+}
+
+/// [`management`], with the provider's manager as a process of its own (with the admin's credential) or not (a test
+/// installs it another way).
+pub fn management_with(service_cidr: &str, pod_cidr: &str, node_dir: &Path, manager: bool) -> (Server, Vec<Component>) {
+    let server = Server::start_with(&["--service-cidr", service_cidr, "--enable-admission-plugins=ServiceAccount"]);
     let ca_dir = server.data_dir().join("pki").display().to_string();
     let node_dir = node_dir.display().to_string();
-    let components = vec![
+    let mut components = vec![
         ControllerManager::start(&server, "cm", 15),
         Component::run(&server, &["scheduler"]),
         Component::run(&server, &["proxy"]),
-        Component::run(&server, &["manager"]),
-        Component::run(
-            &server,
-            &[
-                "node",
-                "--name",
-                "host",
-                "--runtime",
-                "both",
-                "--pod-cidr",
-                pod_cidr,
-                "--data-dir",
-                &node_dir,
-                "--ca-dir",
-                &ca_dir,
-                "--kubelet-port",
-                "0",
-            ],
-        ),
     ];
+    if manager {
+        components.push(Component::run(&server, &["manager"]));
+    }
+    components.push(Component::run(
+        &server,
+        &[
+            "node",
+            "--name",
+            "host",
+            "--runtime",
+            "both",
+            "--pod-cidr",
+            pod_cidr,
+            "--data-dir",
+            &node_dir,
+            "--ca-dir",
+            &ca_dir,
+            "--kubelet-port",
+            "0",
+        ],
+    ));
     (server, components)
 }
 

@@ -21,8 +21,15 @@ impl Drop for Up {
 
 /// Starts `nest up` keeping its files in `data`; returns it once it printed its instructions, and what it printed.
 pub fn up(data: &Path) -> (Up, String) {
+    up_with(data, &[])
+}
+
+/// [`up`] with more arguments.
+pub fn up_with(data: &Path, args: &[&str]) -> (Up, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_nest"))
-        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args(["up", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .arg("--data-dir")
         .arg(data)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
