@@ -105,7 +105,7 @@ impl Pki {
                 let given = Pair { cert: read(cert)?, key: read(key)? };
                 if stored.as_ref() != Some(&given) {
                     // Everything issued by another CA goes.
-                    for name in ["apiserver", "admin", "kubelet-client"] {
+                    for name in ["apiserver", "admin", "apiserver-kubelet-client"] {
                         let _ = std::fs::remove_file(dir.join(format!("{name}.crt")));
                     }
                     store(&dir, "ca", &given)?;
@@ -155,7 +155,10 @@ impl Pki {
             validity,
         };
         let admin = issue("admin", client("admin", "system:masters"), false)?;
-        let kubelet_client = issue("kubelet-client", client(KUBELET_CLIENT, "system:masters"), false)?;
+        // The API server's credential for kubelets is no admin of the cluster (no `system:masters`): kubelets check
+        // its name. (kubeadm's file name; an earlier version's `kubelet-client`, in the group, is not used.)
+        let kubelet_client =
+            issue("apiserver-kubelet-client", Leaf { organization: None, ..client(KUBELET_CLIENT, "") }, false)?;
         Ok(Pki {
             ca_cert: ca.0.cert,
             serving_cert: serving.cert,

@@ -62,7 +62,13 @@ pub struct State {
     /// How requests are authorized ([`crate::authz`]).
     pub authorization: crate::authz::Mode,
     pub counters: Arc<crate::limits::Counters>,
+    /// The audit log, when one is kept ([`crate::audit`]).
+    pub audit: Option<Arc<crate::audit::Auditor>>,
 }
+
+/// The address a request came from (a request extension the listener sets).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
 
 /// Whether a request lasts as long as the client wants (a watch, a log stream): kube-apiserver's long-running
 /// requests, which in-flight limits leave out.
@@ -163,13 +169,76 @@ pub async fn handle(state: Arc<State>, cert_user: Option<User>, request: Request
     let path = request.uri().path().to_string();
     let method = request.method().clone();
     let (verb, resource) = counted_as(&state, &request);
-    let response = match serve(&state, cert_user, request).await {
-        Ok(response) => response,
-        Err(error) => error_response(&error),
+    let mut audit = state.audit.as_ref().map(|_| {
+        let peer = request.extensions().get::<Peer>().map(|p| p.0.ip().to_string()).unwrap_or_default();
+        let agent = request.headers().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let uri = request.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        crate::audit::Record::new(uri, method.as_str(), peer, agent)
+    });
+    let (response, failure) = match serve(&state, cert_user, request, &mut audit).await {
+        Ok(response) => (response, None),
+        Err(error) => (error_response(&error), Some(error.to_status())),
     };
     state.counters.answered(verb, &resource, response.status().as_u16());
     tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
-    response
+    match (&state.audit, audit) {
+        (Some(auditor), Some(record)) => audited(auditor, record, response, failure).await,
+        _ => response,
+    }
+}
+
+/// Writes the audit events of a request answered with `response` (`failure`, the Status of an error), reading the
+/// answer's object when the policy asks for it.
+async fn audited(
+    auditor: &crate::audit::Auditor,
+    record: crate::audit::Record,
+    response: Response<Body>,
+    failure: Option<Value>,
+) -> Response<Body> {
+    let status = match failure {
+        Some(mut status) => {
+            if let Some(status) = status.as_object_mut() {
+                status.remove("kind");
+                status.remove("apiVersion");
+            }
+            status
+        }
+        None => serde_json::json!({"metadata": {}, "code": response.status().as_u16()}),
+    };
+    let level = auditor.level(&record);
+    if level < crate::audit::Level::RequestResponse || record.long_running {
+        auditor.write(&record, status, None);
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    auditor.write(&record, status, serde_json::from_slice(&bytes).ok());
+    Response::from_parts(parts, full(bytes))
+}
+
+/// Notes in the audit record what request on which resource this is, and its object.
+fn note_target(
+    audit: &mut Option<crate::audit::Record>,
+    target: &Target,
+    request: &hyper::http::request::Parts,
+    body: &[u8],
+) {
+    let Some(record) = audit.as_mut() else { return };
+    let watch = asks_to_watch(request.uri.query());
+    record.verb = crate::authz::verb(&request.method, target.name.is_some(), watch).to_string();
+    record.long_running = long_running(request);
+    let info = &target.resource.info;
+    record.object = Some(crate::audit::ObjectRef {
+        resource: info.plural.clone(),
+        subresource: target.subresource.clone().unwrap_or_default(),
+        namespace: target.namespace.clone().unwrap_or_default(),
+        name: target.name.clone().unwrap_or_default(),
+        api_group: info.group.clone(),
+        api_version: info.version.clone(),
+    });
+    if !body.is_empty() {
+        record.request_object = serde_json::from_slice(body).ok();
+    }
 }
 
 /// The verb and resource a request is counted under in `apiserver_request_total`, named as kube-apiserver names
@@ -429,7 +498,12 @@ fn target(state: &State, group: &str, version: &str, segments: &[&str]) -> Resul
     Ok(Target { resource, namespace, name, subresource })
 }
 
-async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Incoming>) -> Result<Response<Body>> {
+async fn serve(
+    state: &Arc<State>,
+    cert_user: Option<User>,
+    request: Request<Incoming>,
+    audit: &mut Option<crate::audit::Record>,
+) -> Result<Response<Body>> {
     let (request, body) = request.into_parts();
     let path = request.uri.path().trim_end_matches('/').to_string();
     let path = if path.is_empty() { "/".to_string() } else { path };
@@ -443,10 +517,18 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
             None => None,
         },
     };
+    if let (Some(record), Some(real)) = (audit.as_mut(), &user) {
+        record.user = Some((real.name.clone(), real.groups.clone()));
+    }
     let user = match &user {
         Some(real) => Some(impersonated(state, real, &request.headers).await?),
         None => None,
     };
+    if let (Some(record), Some(acting)) = (audit.as_mut(), &user)
+        && record.user.as_ref().is_some_and(|(name, groups)| *name != acting.name || *groups != acting.groups)
+    {
+        record.impersonated = Some((acting.name.clone(), acting.groups.clone()));
+    }
     // One user's flood does not starve another: each has its own share of requests in flight.
     let who = user.as_ref().map_or("system:anonymous", |u| u.name.as_str());
     let _slot = match long_running(&request) {
@@ -522,10 +604,12 @@ async fn serve(state: &Arc<State>, cert_user: Option<User>, request: Request<Inc
         }
         ["api", "v1", rest @ ..] => {
             let target = target(state, "", "v1", rest)?;
+            note_target(audit, &target, &request, &body);
             resource_request(state, target, user.as_ref(), &request, body).await
         }
         ["apis", group, version, rest @ ..] => {
             let target = target(state, group, version, rest)?;
+            note_target(audit, &target, &request, &body);
             resource_request(state, target, user.as_ref(), &request, body).await
         }
         _ => Err(ApiError::no_route()),

@@ -8,6 +8,7 @@
 //!
 //! Start with [`serve`]; `docs/ARCHITECTURE.md` draws the path of a request.
 
+pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod body;
@@ -67,6 +68,9 @@ pub struct Config {
     pub authorization: authz::Mode,
     /// ServiceAccount tokens: issuer, audiences, keys.
     pub service_accounts: tokens::Config,
+    /// Where the audit log goes (`--audit-log-path`), and its policy (`--audit-policy-file`): both, or no audit.
+    pub audit_log: Option<PathBuf>,
+    pub audit_policy: Option<PathBuf>,
 }
 
 /// A server that is listening.
@@ -115,7 +119,7 @@ pub async fn serve(
     let service_accounts = tokens::Issuer::load(&config.service_accounts, &config.data_dir)?;
     let admission = nest_registry::admission::Chain::of(&config.admission_plugins, config.pod_security.clone());
     let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr).with_admission(admission);
-    registry.bootstrap(address.port()).await?;
+    registry.bootstrap(address).await?;
     let kubelet_tls = Arc::new(logs::kubelet_client(&pki)?);
     let kubernetes_version = config.kubernetes_version.clone();
     let limits = config.limits.clone();
@@ -130,13 +134,14 @@ pub async fn serve(
         limits: limits.clone(),
         counters: counters.clone(),
         authorization: config.authorization,
+        audit: audit::Auditor::open(config.audit_log.as_deref(), config.audit_policy.as_deref())?.map(Arc::new),
     });
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     ready(&Serving { address, kubeconfig });
 
     tokio::pin!(shutdown);
     loop {
-        let (tcp, _peer) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -167,8 +172,9 @@ pub async fn serve(
                 tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| user_from_certificate(c));
             let activity = limits::Activity::new();
             let requests = activity.clone();
-            let service = service_fn(move |request| {
+            let service = service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
                 let (state, user) = (state.clone(), user.clone());
+                request.extensions_mut().insert(handler::Peer(peer));
                 // The connection counts as busy until the response's body is sent (a watch: until it ends).
                 let open = limits::OpenRequest::new(&requests);
                 async move {

@@ -75,19 +75,9 @@ fn labels(provider: Provider) -> Value {
     json!({"cluster.x-k8s.io/provider": provider.label()})
 }
 
-/// Everything `clusterctl init` installs for `provider`, in order.
-pub fn components(provider: Provider) -> Vec<Value> {
-    let namespace = provider.namespace();
-    let name = format!("capn-{}", provider.controllers());
-    let mut objects = vec![json!({
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": namespace, "labels": labels(provider)},
-    })];
-    for crd in crds::provider() {
-        if crd.spec.group == provider.group() {
-            objects.push(serde_json::to_value(crd).unwrap_or_default());
-        }
-    }
+/// What `provider`'s manager may do in the management cluster: its own kinds, Clusters to read, Events, and what its
+/// controllers make (the control plane's Secrets, Services and StatefulSets).
+pub fn manager_rules(provider: Provider) -> Vec<Value> {
     let own_kinds: Vec<String> = crds::provider()
         .into_iter()
         .filter(|c| c.spec.group == provider.group())
@@ -117,6 +107,35 @@ pub fn components(provider: Provider) -> Vec<Value> {
     // Clusters (`nest manager`).
     rules.push(json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
                       "resourceNames": ["clusters.cluster.x-k8s.io"], "verbs": ["get"]}));
+    rules
+}
+
+/// Everything in one `nest manager` (as `nest up` runs it): both providers' rules, the Cluster controller's (which
+/// the Cluster API core has elsewhere), and installing the CRDs.
+pub fn all_in_one_manager_rules() -> Vec<Value> {
+    let mut rules = manager_rules(Provider::Infrastructure);
+    rules.extend(manager_rules(Provider::ControlPlane));
+    rules.push(json!({"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters", "clusters/status"],
+                      "verbs": ["get", "list", "watch", "update", "patch"]}));
+    rules.push(json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                      "verbs": ["get", "list", "watch", "create", "update", "patch"]}));
+    rules
+}
+
+/// Everything `clusterctl init` installs for `provider`, in order.
+pub fn components(provider: Provider) -> Vec<Value> {
+    let namespace = provider.namespace();
+    let name = format!("capn-{}", provider.controllers());
+    let mut objects = vec![json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": namespace, "labels": labels(provider)},
+    })];
+    for crd in crds::provider() {
+        if crd.spec.group == provider.group() {
+            objects.push(serde_json::to_value(crd).unwrap_or_default());
+        }
+    }
+    let rules = manager_rules(provider);
     objects.push(json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": name, "namespace": namespace, "labels": labels(provider)},

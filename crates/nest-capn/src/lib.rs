@@ -14,6 +14,7 @@ pub mod bundle;
 pub mod clusterctl;
 pub mod controllers;
 pub mod crds;
+pub mod identity;
 pub mod package;
 pub mod plan;
 pub mod render;

@@ -92,6 +92,10 @@ impl Names {
     pub fn controller_manager_kubeconfig_secret(&self) -> String {
         format!("{}-controller-manager-kubeconfig", self.cluster)
     }
+    /// The syncer's kubeconfig for the tenant ([`crate::identity`]).
+    pub fn syncer_kubeconfig_secret(&self) -> String {
+        format!("{}-syncer-kubeconfig", self.cluster)
+    }
     /// The Service and StatefulSet of the API server.
     pub fn api_server(&self) -> String {
         format!("{}-apiserver", self.cluster)

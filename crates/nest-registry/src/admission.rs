@@ -89,8 +89,16 @@ pub struct Chain {
 }
 
 /// The admission plugins nest has, by kube-apiserver's names, in the order they run (upstream's recommended order).
-pub const PLUGINS: [&str; 6] =
-    ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "NodeRestriction", "PodSecurity", "ResourceQuota"];
+pub const PLUGINS: [&str; 8] = [
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "ServiceAccount",
+    "NodeRestriction",
+    "PodSecurity",
+    "Priority",
+    "DefaultStorageClass",
+    "ResourceQuota",
+];
 
 /// Which plugins run: every one of [`PLUGINS`] unless disabled (`--enable-admission-plugins` and
 /// `--disable-admission-plugins` as kube-apiserver takes them; every plugin nest has is on by default).
@@ -142,18 +150,23 @@ impl Chain {
         Chain::of(&Plugins::default(), config)
     }
 
-    /// The `plugins` that run, Pod Security configured by `config`: `LimitRanger` and `ServiceAccount` mutating;
+    /// The `plugins` that run, Pod Security configured by `config`: `LimitRanger`, `ServiceAccount`, `Priority` and
+    /// `DefaultStorageClass` mutating;
     /// `NamespaceLifecycle`, `LimitRanger`, `ServiceAccount`, `NodeRestriction`, `PodSecurity`, then `ResourceQuota`
     /// validating.
     pub fn of(plugins: &Plugins, config: crate::kinds::pod_security::Config) -> Chain {
-        use crate::kinds::{limit_range, namespace, node_restriction, pod_security, resource_quota, service_account};
+        use crate::kinds::{
+            limit_range, namespace, node_restriction, pod_security, priority, resource_quota, service_account,
+            storage_class,
+        };
         let mut chain = Chain::default();
-        if plugins.runs("LimitRanger") {
-            chain.mutating.push(Arc::new(limit_range::LimitRanger));
-        }
-        if plugins.runs("ServiceAccount") {
-            chain.mutating.push(Arc::new(service_account::ServiceAccount));
-        }
+        let mutating: [(&str, Arc<dyn Mutating>); 4] = [
+            ("LimitRanger", Arc::new(limit_range::LimitRanger)),
+            ("ServiceAccount", Arc::new(service_account::ServiceAccount)),
+            ("Priority", Arc::new(priority::Priority)),
+            ("DefaultStorageClass", Arc::new(storage_class::DefaultStorageClass)),
+        ];
+        chain.mutating = mutating.into_iter().filter(|(name, _)| plugins.runs(name)).map(|(_, p)| p).collect();
         let validating: [(&str, Arc<dyn Validating>); 6] = [
             ("NamespaceLifecycle", Arc::new(namespace::Lifecycle)),
             ("LimitRanger", Arc::new(limit_range::LimitRanger)),
@@ -214,7 +227,7 @@ mod tests {
             "ServiceAccount in enable-admission-plugins and disable-admission-plugins overlapped"
         );
         let chain = Chain::of(&off, Default::default());
-        assert_eq!((chain.mutating.len(), chain.validating.len()), (1, 5));
-        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (2, 6));
+        assert_eq!((chain.mutating.len(), chain.validating.len()), (3, 5));
+        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (4, 6));
     }
 }

@@ -540,7 +540,7 @@ async fn events_k8s_io_serves_the_core_events_in_its_shape() {
 #[tokio::test]
 async fn the_namespaces_every_cluster_needs_cannot_be_deleted() {
     let f = Fixture::new().await;
-    f.registry.bootstrap(6443).await.unwrap();
+    f.registry.bootstrap("127.0.0.1:6443".parse().unwrap()).await.unwrap();
     let namespaces = f.r("", "namespaces");
     for name in ["default", "kube-system", "kube-public"] {
         let refused = f.registry.delete(&namespaces, "", name, &DeleteOptions::default()).await.unwrap_err();

@@ -382,9 +382,14 @@ fn level_of(syncer: &Syncer, found: &Found) -> PodSecurityLevel {
     }
 }
 
+/// A client of the tenant as the syncer (`nest:syncer`, its `<cluster>-syncer-kubeconfig`), or, for a control plane
+/// made before the syncer had a credential of its own there, with its admin kubeconfig.
 async fn tenant_client(syncer: &Syncer, found: &Found) -> Result<Client> {
     let secrets: Api<Secret> = Api::namespaced(syncer.super_client.clone(), &found.namespace);
-    let secret = secrets.get(&format!("{}-kubeconfig", found.cluster)).await?;
+    let secret = match secrets.get_opt(&format!("{}-syncer-kubeconfig", found.cluster)).await? {
+        Some(secret) => secret,
+        None => secrets.get(&format!("{}-kubeconfig", found.cluster)).await?,
+    };
     let value = secret.data.as_ref().and_then(|d| d.get("value")).ok_or(Error::NoKubeconfig)?;
     let text = String::from_utf8_lossy(&value.0).into_owned();
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)?;

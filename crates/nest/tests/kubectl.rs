@@ -852,3 +852,66 @@ fn create_and_update_answers_are_what_a_get_returns_right_after() {
         assert_eq!(patched, read, "{plural}: the update answer differs from a GET right after");
     }
 }
+
+/// Issue 19: the Priority and DefaultStorageClass admission plugins, as kube-apiserver runs them, on every backend.
+#[test]
+fn priority_classes_and_the_default_storage_class_are_admitted_as_upstream() {
+    let pod = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n{extra}  containers: \
+             [{{name: c, image: nginx}}]\n"
+        )
+    };
+    for (backend, storage) in backends() {
+        let server = Server::start(&storage);
+        let classes = server.ok(&["get", "priorityclasses", "-o", "name"]);
+        for class in ["system-node-critical", "system-cluster-critical"] {
+            assert!(classes.contains(class), "{backend}: {classes}");
+        }
+        let refused = server.create_refused(&pod("nameless", "  priorityClassName: nope\n"));
+        assert!(
+            refused.contains(r#"pods "nameless" is forbidden: no PriorityClass with name nope was found"#),
+            "{backend}: {refused}"
+        );
+        server.apply_manifest(&pod("plain", ""));
+        assert_eq!(server.json(&["get", "pod", "plain"])["spec"]["priority"], 0, "{backend}");
+        server.apply_manifest(
+            "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\nglobalDefault: true\n",
+        );
+        server.apply_manifest(&pod("defaulted", ""));
+        let spec = server.json(&["get", "pod", "defaulted"])["spec"].clone();
+        assert_eq!(
+            (spec["priorityClassName"].as_str(), spec["priority"].as_i64()),
+            (Some("high"), Some(1000)),
+            "{backend}"
+        );
+        assert_eq!(spec["preemptionPolicy"], "PreemptLowerPriority");
+        server.apply_manifest(&pod("critical", "  priorityClassName: system-node-critical\n"));
+        assert_eq!(server.json(&["get", "pod", "critical"])["spec"]["priority"], 2_000_001_000, "{backend}");
+        let refused = server.create_refused(&pod("forged", "  priority: 5\n"));
+        assert!(
+            refused.contains(
+                "the integer value of priority (5) must not be provided in pod spec; priority admission controller \
+                 computed 1000 from the given PriorityClass name"
+            ),
+            "{backend}: {refused}"
+        );
+
+        let claim = |name: &str, class: &str| {
+            format!(
+                "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: default}}\nspec: \
+                 {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}{class}}}\n"
+            )
+        };
+        server.apply_manifest(&claim("before", ""));
+        assert!(server.json(&["get", "pvc", "before"])["spec"].get("storageClassName").is_none(), "{backend}");
+        server.apply_manifest(
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: fast, annotations: \
+             {storageclass.kubernetes.io/is-default-class: \"true\"}}\nprovisioner: example.com/fast\n",
+        );
+        server.apply_manifest(&claim("after", ""));
+        assert_eq!(server.json(&["get", "pvc", "after"])["spec"]["storageClassName"], "fast", "{backend}");
+        server.apply_manifest(&claim("classless", ", storageClassName: ''"));
+        assert_eq!(server.json(&["get", "pvc", "classless"])["spec"]["storageClassName"], "", "{backend}");
+    }
+}

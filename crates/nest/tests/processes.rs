@@ -165,7 +165,7 @@ fn pods_run_as_processes_on_their_own_loopback_addresses() {
         }
         String::from_utf8_lossy(&command.output().expect("curl").stdout).to_string()
     };
-    assert_eq!(curl(Some("kubelet-client")), "200");
+    assert_eq!(curl(Some("apiserver-kubelet-client")), "200");
     assert_eq!(curl(Some("admin")), "403", "a cluster admin's certificate is not the API server's");
     assert_eq!(curl(None), "000", "no client certificate, no TLS session");
     let last = server.ok(&["logs", first, "--tail=1", "--timestamps"]);

@@ -124,7 +124,7 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
         &server,
         names.kubeconfig_secret(),
         "kubernetes-admin",
-        "system:masters",
+        Some("system:masters"),
     )
     .await?;
     kubeconfig_secret(
@@ -135,7 +135,7 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
         &server,
         names.controller_manager_kubeconfig_secret(),
         "system:kube-controller-manager",
-        "system:kube-controller-manager",
+        Some("system:kube-controller-manager"),
     )
     .await?;
 
@@ -158,12 +158,43 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
         && !was_ready
         && let Some(tenant) = tenant_client(&server, &ca.0.cert, Some(&admin)).await
     {
-        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(tenant, "default");
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(tenant.clone(), "default");
         controllers = within(accounts.get_opt("default")).await.flatten().is_some();
     }
+    // The syncer's credential for the tenant, once its role is there (made with the admin's credential, so in
+    // either flavor; for a control plane made before the syncer had one, at the first pass that reaches it).
+    let syncer_secret = names.syncer_kubeconfig_secret();
+    let mut syncer_ready = secrets.get_opt(&syncer_secret).await?.is_some();
+    if !syncer_ready
+        && initialized
+        && let Some(tenant) = tenant_client(&server, &ca.0.cert, Some(&admin)).await
+    {
+        syncer_ready = within(syncer_role(&tenant)).await.is_some();
+    }
+    if syncer_ready {
+        let syncer = crate::identity::SYNCER_USER;
+        kubeconfig_secret(&secrets, &names, &plane, &ca, &server, syncer_secret, syncer, None).await?;
+    }
+    let controllers = controllers && syncer_ready;
     let serving = Serving { initialized, controllers };
     report_components(&planes, &plane, &components, &target, refusal.as_ref(), serving).await?;
     Ok(look_again(initialized && all_ready && controllers))
+}
+
+/// Makes (or puts back) the syncer's ClusterRole and binding in the tenant ([`crate::identity`]).
+async fn syncer_role(tenant: &kube::Client) -> Result<()> {
+    let params = PatchParams::apply("nest-manager").force();
+    for object in crate::identity::tenant_syncer_rbac() {
+        let resource = if object["kind"] == "ClusterRole" {
+            kube::core::ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRole>(&())
+        } else {
+            kube::core::ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&())
+        };
+        let api: Api<kube::core::DynamicObject> = Api::all_with(tenant.clone(), &resource);
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        api.patch(&name, &params, &Patch::Apply(&object)).await?;
+    }
+    Ok(())
 }
 
 /// What the tenant's control plane has shown it does.
@@ -414,7 +445,7 @@ async fn kubeconfig_secret(
     server: &str,
     name: String,
     user: &str,
-    group: &str,
+    group: Option<&str>,
 ) -> Result<nest_pki::Pair> {
     let validity =
         plane.spec.certificate_validity.as_deref().and_then(parse_duration).unwrap_or(nest_pki::LEAF_VALIDITY);
@@ -438,7 +469,7 @@ async fn kubeconfig_secret(
     }
     let leaf = nest_pki::Leaf {
         common_name: user,
-        organization: Some(group),
+        organization: group,
         names: Vec::new(),
         usage: nest_pki::Usage::Client,
         validity,

@@ -576,6 +576,15 @@ fn open_files_limit() -> u64 {
 }
 
 /// Makes `dir` (if missing) with exactly `mode`, whatever the umask.
+/// The directory nest's init is mounted in, made here rather than by the OCI runtime: the runtime would make it
+/// under the node's umask (077), and a container user other than its root could not reach its init. The
+/// container's root (host user `base`) owns it, as it owns the root, to make the mount point in it.
+fn init_mount_point(rootfs: &Path, base: u32) -> std::io::Result<()> {
+    let parent = Path::new(INIT_PATH).parent().and_then(|p| p.strip_prefix("/").ok()).unwrap_or(Path::new(".nest"));
+    create_dir(&rootfs.join(parent), 0o755)?;
+    std::os::unix::fs::lchown(rootfs.join(parent), Some(base), Some(base))
+}
+
 fn create_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
     match std::fs::create_dir(dir) {
         Ok(()) => {}
@@ -585,8 +594,6 @@ fn create_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
 }
 
-/// Gives `path` to `uid`:`gid` (0600/0700, or 0640/0750 when the group reads), everything beneath it too when
-/// `deep`; symbolic links are neither followed nor changed.
 /// The host user and group a pod's volumes belong to (in the pod's range from `base`): `runAsUser` of the pod, else
 /// the one its containers all run as, else the container's root; group `fsGroup` (which then reads them), else
 /// `runAsGroup`, else root's. The third value says whether the group reads them.
@@ -611,6 +618,8 @@ fn volume_users(pod: &Pod, base: u32) -> (u32, u32, bool) {
     (uid, gid, fs_group.is_some())
 }
 
+/// Gives `path` to `uid`:`gid` (0600/0700, or 0640/0750 when the group reads), everything beneath it too when
+/// `deep`; symbolic links are neither followed nor changed.
 fn own(path: &Path, uid: u32, gid: u32, group_reads: bool, deep: bool) -> std::io::Result<()> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
@@ -733,6 +742,7 @@ fn kernel_filesystems() -> Result<Vec<Mount>, PrepareError> {
 fn root_filesystem(rootfs: &Path, base: u32, pod_ip: &str, hostname: &str) -> Result<Vec<Mount>, PrepareError> {
     create_dir(rootfs, 0o755)?;
     std::os::unix::fs::lchown(rootfs, Some(base), Some(base))?;
+    init_mount_point(rootfs, base)?;
     let mut mounts = kernel_filesystems()?;
     mounts.push(bind(Path::new("/usr"), Path::new("/usr"), true)?);
     // Merged-/usr systems link these into /usr; others have them as directories of their own.
@@ -792,6 +802,7 @@ fn image_filesystem(
 ) -> Result<Vec<Mount>, PrepareError> {
     create_dir(rootfs, 0o755)?;
     std::os::unix::fs::lchown(rootfs, Some(base), Some(base))?;
+    init_mount_point(rootfs, base)?;
     let mut mounts = kernel_filesystems()?;
     let mut entries: Vec<_> = std::fs::read_dir(image)?.flatten().collect();
     entries.sort_by_key(|e| e.file_name());

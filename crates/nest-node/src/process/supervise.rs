@@ -300,10 +300,15 @@ impl Shared {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
+        // SAFETY: prctl(2) and umask(2) are async-signal-safe and touch no memory of the parent.
         unsafe {
             command.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // The node's own umask (077) keeps its files private; the runtime's would make the mount points it
+                // creates in the container's root (the parents of `/var/run/secrets/…`, of an allowlisted program's
+                // path) unreachable to a container user other than its root. What the runtime writes outside the
+                // container lies under the node's 0700 data directory.
+                libc::umask(0o022);
                 Ok(())
             });
         }

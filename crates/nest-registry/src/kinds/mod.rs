@@ -27,10 +27,12 @@ pub mod namespace;
 pub mod node_restriction;
 pub mod pod;
 pub mod pod_security;
+pub mod priority;
 pub mod rbac;
 pub mod resource_quota;
 pub mod service;
 pub mod service_account;
+pub mod storage_class;
 pub mod workload;
 
 use crate::catalog::{ALL, Builtin, ResourceInfo, SubresourceInfo};

@@ -141,6 +141,53 @@ pub fn bootstrap_policy() -> Vec<(&'static str, serde_json::Value)> {
                 ]),
             ),
         ),
+        // The scheduler's and the service proxy's, as kube-apiserver's bootstrap policy has them (1.33): what they
+        // read, bindings and pod status for the scheduler, Events for both.
+        (
+            "clusterroles",
+            role(
+                "system:kube-scheduler",
+                json!({}),
+                json!([
+                    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kube-scheduler"],
+                     "verbs": ["get", "update"]},
+                    {"apiGroups": [""], "resources": ["nodes", "namespaces", "replicationcontrollers", "services",
+                      "persistentvolumeclaims", "persistentvolumes"], "verbs": read},
+                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]},
+                    {"apiGroups": [""], "resources": ["bindings", "pods/binding"], "verbs": ["create"]},
+                    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+                    {"apiGroups": ["apps"], "resources": ["replicasets", "statefulsets"], "verbs": read},
+                    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": read},
+                    {"apiGroups": ["storage.k8s.io"], "resources": ["csidrivers", "csinodes", "csistoragecapacities",
+                      "storageclasses"], "verbs": read},
+                    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+                ]),
+            ),
+        ),
+        (
+            "clusterroles",
+            role(
+                "system:node-proxier",
+                json!({}),
+                json!([
+                    {"apiGroups": [""], "resources": ["endpoints", "services"], "verbs": ["list", "watch"]},
+                    {"apiGroups": [""], "resources": ["nodes"], "verbs": read},
+                    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+                    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+                ]),
+            ),
+        ),
+        (
+            "clusterrolebindings",
+            binding("system:kube-scheduler", "system:kube-scheduler", json!([user("system:kube-scheduler")])),
+        ),
+        (
+            "clusterrolebindings",
+            binding("system:node-proxier", "system:node-proxier", json!([user("system:kube-proxy")])),
+        ),
         ("clusterrolebindings", binding("cluster-admin", "cluster-admin", json!([group("system:masters")]))),
         (
             "clusterrolebindings",

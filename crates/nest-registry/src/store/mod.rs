@@ -191,9 +191,10 @@ impl Registry {
         Ok(registry)
     }
 
-    /// Creates what every cluster starts with ([`crate::kinds::bootstrap`]); existing objects are left alone.
-    pub async fn bootstrap(&self, api_port: u16) -> Result<()> {
-        crate::kinds::bootstrap::run(self, api_port).await
+    /// Creates what every cluster starts with ([`crate::kinds::bootstrap`]); existing objects are left alone but the
+    /// `kubernetes` Service's endpoints, which name this API server (`api`).
+    pub async fn bootstrap(&self, api: std::net::SocketAddr) -> Result<()> {
+        crate::kinds::bootstrap::run(self, api).await
     }
 
     /// Rebuilds the catalogue from the stored CustomResourceDefinitions; returns the revision it read at.

@@ -57,8 +57,15 @@ pub struct Args {
     /// Runtime classes whose pods Pod Security never checks; repeatable.
     #[arg(long = "pod-security-exempt-runtime-class", value_name = "CLASS")]
     pod_security_exempt_runtime_classes: Vec<String>,
+    /// Where the audit log goes: JSON lines of audit.k8s.io/v1 Events, written as --audit-policy-file says.
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
+    audit_log_path: Option<PathBuf>,
+    /// The audit policy (an audit.k8s.io/v1 Policy, YAML): which requests are recorded, and how much of them.
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
+    audit_policy_file: Option<PathBuf>,
     /// Admission plugins to run besides the default ones (comma-separated; nest runs every plugin it has by
-    /// default: NamespaceLifecycle, LimitRanger, ServiceAccount, NodeRestriction, PodSecurity, ResourceQuota).
+    /// default: NamespaceLifecycle, LimitRanger, ServiceAccount, NodeRestriction, PodSecurity, Priority,
+    /// DefaultStorageClass, ResourceQuota).
     #[arg(long, value_name = "PLUGINS", value_delimiter = ',')]
     enable_admission_plugins: Vec<String>,
     /// Admission plugins not to run (comma-separated), such as ServiceAccount on a server with no controller-manager
@@ -192,6 +199,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )
         .map_err(anyhow::Error::msg)?,
         authorization: args.authorization_mode,
+        audit_log: args.audit_log_path.clone(),
+        audit_policy: args.audit_policy_file.clone(),
         service_accounts: nest_apiserver::tokens::Config {
             issuer: args.service_account_issuer.clone(),
             audiences: args.api_audiences.clone(),

@@ -41,6 +41,12 @@ pub struct Args {
     /// --help`). An image the node's store holds or can pull is run from the image instead.
     #[arg(long = "allow-image", value_name = "PATTERN=EXECUTABLE", value_parser = nest_node::allowlist::Allowlist::parse_entry)]
     allow_images: Vec<nest_node::allowlist::Entry>,
+    /// Where the API server's audit log goes (see `nest apiserver --help`); with --audit-policy-file.
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
+    audit_log_path: Option<PathBuf>,
+    /// The API server's audit policy (an audit.k8s.io/v1 Policy).
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
+    audit_policy_file: Option<PathBuf>,
     /// Stop when the machine lacks what the node needs (runc, the CNI plugins, iproute2) rather than install it.
     /// Without it, `nest up` run as root where apt-get works installs what is missing, and says so.
     #[arg(long)]
@@ -76,19 +82,55 @@ async fn create_demo(client: kube::Client, marker: PathBuf) {
     eprintln!("nest up: could not create the demo cluster");
 }
 
-/// A client of the API server at `address` as node `name` (`system:node:<name>` in `system:nodes`), its kubeconfig
-/// kept in `<data>/nodes/<name>.kubeconfig`.
-async fn node_client(data_dir: &std::path::Path, name: &str, address: &SocketAddr) -> anyhow::Result<kube::Client> {
+/// A client of the API server at `address` as `user` (in `group`), its kubeconfig kept in `<data>/<dir>/<name>.kubeconfig`:
+/// each component of `nest up` has a credential of its own, none of them in `system:masters`.
+async fn component_client(
+    data_dir: &std::path::Path,
+    (dir, name): (&str, &str),
+    (user, group): (&str, Option<&str>),
+    address: &SocketAddr,
+) -> anyhow::Result<kube::Client> {
     let pki = data_dir.join("pki");
-    let user = format!("system:node:{name}");
-    let (cert, key, ca) = nest_apiserver::certs::issue_client(&pki, &user, Some("system:nodes"))?;
-    let path = data_dir.join("nodes").join(format!("{name}.kubeconfig"));
-    nest_apiserver::certs::create_private_dir(&data_dir.join("nodes"))?;
+    let (cert, key, ca) = nest_apiserver::certs::issue_client(&pki, user, group)?;
+    nest_apiserver::certs::create_private_dir(&data_dir.join(dir))?;
+    let path = data_dir.join(dir).join(format!("{name}.kubeconfig"));
     let host =
         if address.ip().is_unspecified() { format!("127.0.0.1:{}", address.port()) } else { address.to_string() };
     let server = format!("https://{host}");
-    nest_apiserver::certs::write_private(&path, &nest_apiserver::certs::kubeconfig(&server, &ca, &cert, &key, &user))?;
+    nest_apiserver::certs::write_private(&path, &nest_apiserver::certs::kubeconfig(&server, &ca, &cert, &key, user))?;
     Ok(nest_client::connect(&path).await?.client)
+}
+
+/// The users nest up's own Cluster API manager and syncer run as, and the ClusterRoles it gives them: the rules the
+/// clusterctl package grants (`nest_capn::clusterctl`), so that they need here no more than they would there.
+const MANAGER_USER: &str = "nest:manager";
+const SYNCER_USER: &str = "nest:syncer";
+
+/// Makes (or puts back) the ClusterRoles and bindings of [`MANAGER_USER`] and [`SYNCER_USER`], as the admin.
+async fn component_roles(admin: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let roles: kube::Api<ClusterRole> = kube::Api::all(admin.clone());
+    let bindings: kube::Api<ClusterRoleBinding> = kube::Api::all(admin.clone());
+    let params = kube::api::PatchParams::apply("nest-up").force();
+    let wanted = [
+        (MANAGER_USER, serde_json::Value::Array(nest_capn::clusterctl::all_in_one_manager_rules())),
+        (SYNCER_USER, nest_capn::clusterctl::syncer_rules()),
+    ];
+    for (user, rules) in wanted {
+        let role = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": user}, "rules": rules,
+        });
+        roles.patch(user, &params, &kube::api::Patch::Apply(&role)).await?;
+        let binding = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        });
+        bindings.patch(user, &params, &kube::api::Patch::Apply(&binding)).await?;
+    }
+    Ok(())
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -110,6 +152,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         limits: Default::default(),
         authorization: nest_apiserver::authz::Mode::NodeRbac,
         service_accounts: Default::default(),
+        audit_log: args.audit_log_path.clone(),
+        audit_policy: args.audit_policy_file.clone(),
     };
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
@@ -128,7 +172,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Ok(serving) => serving,
         Err(_) => return apiserver.await?.context("the API server did not start"),
     };
+    // The admin's credential makes the components' roles, and the demo tenant (as the person running nest up
+    // would); every component then runs as itself.
     let nest_client::Connection { client, ca_pem } = nest_client::connect(&kubeconfig).await?;
+    component_roles(&client).await?;
+    let as_component = async |name: &str, user: &str| {
+        component_client(&args.data_dir, ("components", name), (user, None), &address).await
+    };
+    let controllers_client = as_component("controller-manager", "system:kube-controller-manager").await?;
+    let scheduler_client = as_component("scheduler", "system:kube-scheduler").await?;
+    let proxy_client = as_component("proxy", "system:kube-proxy").await?;
+    let manager_client = as_component("manager", MANAGER_USER).await?;
+    let syncer_client = as_component("syncer", SYNCER_USER).await?;
     let options = nest_controllers::Options {
         identity: super::controller_manager::default_identity(),
         ca_pem,
@@ -137,23 +192,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         node_grace: std::time::Duration::from_secs(40),
         local_volumes: true,
     };
-    let controllers = tokio::spawn(nest_controllers::run(client.clone(), options, until_stopped(stopped.clone())));
-    tokio::spawn(nest_scheduler::run(client.clone()));
-    tokio::spawn(nest_node::proxy::run(client.clone(), vec![SERVICE_CIDR.to_string()]));
+    let controllers = tokio::spawn(nest_controllers::run(controllers_client, options, until_stopped(stopped.clone())));
+    tokio::spawn(nest_scheduler::run(scheduler_client));
+    tokio::spawn(nest_node::proxy::run(proxy_client, vec![SERVICE_CIDR.to_string()]));
     let mut node =
         nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
     // The node's bridge, before anything listens on its address: the syncer's kubelet endpoints, which tenants'
     // API servers (pods) reach there.
     let network = nest_node::network::Network::for_range(&node.name, &node.pod_cidr)?;
     network.prepare()?;
-    tokio::spawn(super::manager::manage(client.clone(), Default::default(), nest_capn::controllers::Set::ALL, true));
+    tokio::spawn(super::manager::manage(manager_client, Default::default(), nest_capn::controllers::Set::ALL, true));
     let syncing = nest_syncer::Options {
         custom: args.sync_resources.clone(),
         pod_security: args.pod_security_level,
         kubelet_address: network.host_address().map_or(std::net::Ipv4Addr::LOCALHOST, |a| a).into(),
         ..Default::default()
     };
-    tokio::spawn(nest_syncer::run(client.clone(), syncing));
+    tokio::spawn(nest_syncer::run(syncer_client, syncing));
     let marker = args.data_dir.join("demo-created");
     let demo = !args.no_demo && !marker.exists();
     if demo {
@@ -167,9 +222,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     node.process.image_size_limit = args.image_size_limit;
     // Any free port: the API server finds it in the Node's status.
     node.kubelet = Some((nest_node::kubelet::Tls { cert, key, client_ca }, 0));
-    // The node holds a node's credential, not the admin's: the Node authorizer and NodeRestriction keep it to what
-    // its pods use and to its own objects.
-    let node_client = node_client(&args.data_dir, &node.name, &address).await?;
+    // The node holds a node's credential: the Node authorizer and NodeRestriction keep it to what its pods use and
+    // to its own objects.
+    let user = format!("system:node:{}", node.name);
+    let node_client =
+        component_client(&args.data_dir, ("nodes", &node.name), (&user, Some("system:nodes")), &address).await?;
     let node = tokio::spawn(nest_node::run(node_client, node, until_stopped(stopped.clone())));
     println!(
         "nest is up: API server at https://{address}; controllers, scheduler, node nest-node-0, the service proxy and the syncer running."
