@@ -135,22 +135,7 @@ pub fn components(provider: Provider) -> Vec<Value> {
             objects.push(serde_json::to_value(crd).unwrap_or_default());
         }
     }
-    let rules = manager_rules(provider);
-    objects.push(json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels(provider)},
-    }));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": format!("{name}-manager"), "labels": labels(provider)},
-        "rules": rules,
-    }));
-    objects.push(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": format!("{name}-manager"), "labels": labels(provider)},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("{name}-manager")},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-    }));
+    objects.extend(account(provider, &name, &format!("{name}-manager"), Value::Array(manager_rules(provider))));
     // The Cluster API core manager reads and updates the provider's objects (it adopts them and copies their
     // status): its role aggregates this one.
     objects.push(json!({
@@ -162,33 +147,36 @@ pub fn components(provider: Provider) -> Vec<Value> {
         "rules": [{"apiGroups": [provider.group()], "resources": ["*"],
                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}],
     }));
-    let selector = json!({"cluster.x-k8s.io/provider": provider.label(), "control-plane": "controller-manager"});
-    objects.push(json!({
+    let container = json!({
+        "name": "manager",
+        "image": nest_image(),
+        "args": ["manager", format!("--controllers={}", provider.controllers()), "--install-crds=false"],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": restricted(),
+    });
+    objects.push(deployment(provider, &name, "controller-manager", container));
+    if provider == Provider::ControlPlane {
+        objects.extend(syncer(provider));
+    }
+    objects
+}
+
+/// A Deployment of one replica of `container` in `provider`'s namespace, running as the ServiceAccount `name`, its
+/// pods labelled `control-plane: <role>`.
+fn deployment(provider: Provider, name: &str, role: &str, container: Value) -> Value {
+    let selector = json!({"cluster.x-k8s.io/provider": provider.label(), "control-plane": role});
+    json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels(provider)},
+        "metadata": {"name": name, "namespace": provider.namespace(), "labels": labels(provider)},
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": selector},
-                "spec": {
-                    "serviceAccountName": name,
-                    "terminationGracePeriodSeconds": 10,
-                    "containers": [{
-                        "name": "manager",
-                        "image": nest_image(),
-                        "args": ["manager", format!("--controllers={}", provider.controllers()), "--install-crds=false"],
-                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
-                        "securityContext": restricted(),
-                    }],
-                },
+                "spec": {"serviceAccountName": name, "terminationGracePeriodSeconds": 10, "containers": [container]},
             },
         },
-    }));
-    if provider == Provider::ControlPlane {
-        objects.extend(syncer(provider));
-    }
-    objects
+    })
 }
 
 /// A container's securityContext that Pod Security `restricted` admits: nest's image's own non-root user.
@@ -219,47 +207,42 @@ pub fn syncer_rules() -> Value {
 /// The syncer, with the control plane provider: its ServiceAccount, role and binding, and Deployment (`nest syncer`
 /// with the pod's own account, its kubelet endpoints on the pod's address).
 fn syncer(provider: Provider) -> Vec<Value> {
-    let namespace = provider.namespace();
     let name = "capn-syncer";
-    let selector = json!({"cluster.x-k8s.io/provider": provider.label(), "control-plane": "syncer"});
-    vec![
+    let mut objects = account(provider, name, name, syncer_rules()).to_vec();
+    objects.push(deployment(
+        provider,
+        name,
+        "syncer",
+        json!({
+            "name": "syncer",
+            "image": nest_image(),
+            "args": ["syncer", "--kubelet-address=$(POD_IP)"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
+            "securityContext": restricted(),
+        }),
+    ));
+    objects
+}
+
+/// The ServiceAccount `name` in `provider`'s namespace, and the ClusterRole `role` of `rules` bound to it.
+fn account(provider: Provider, name: &str, role: &str, rules: Value) -> [Value; 3] {
+    let namespace = provider.namespace();
+    [
         json!({
             "apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": name, "namespace": namespace, "labels": labels(provider)},
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": name, "labels": labels(provider)},
-            "rules": syncer_rules(),
+            "metadata": {"name": role, "labels": labels(provider)},
+            "rules": rules,
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": name, "labels": labels(provider)},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "metadata": {"name": role, "labels": labels(provider)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        }),
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels(provider)},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": selector},
-                "template": {
-                    "metadata": {"labels": selector},
-                    "spec": {
-                        "serviceAccountName": name,
-                        "terminationGracePeriodSeconds": 10,
-                        "containers": [{
-                            "name": "syncer",
-                            "image": nest_image(),
-                            "args": ["syncer", "--kubelet-address=$(POD_IP)"],
-                            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
-                            "securityContext": restricted(),
-                        }],
-                    },
-                },
-            },
         }),
     ]
 }

@@ -59,6 +59,22 @@ pub struct Request<'a> {
     pub dry_run: bool,
 }
 
+impl Request<'_> {
+    /// Whether this request creates an object of resource `plural` of `group` (not through a subresource).
+    pub fn creates(&self, group: &str, plural: &str) -> bool {
+        self.operation == Operation::Create
+            && self.info.group == group
+            && self.info.plural == plural
+            && matches!(self.subresource, Subresource::Main)
+    }
+
+    /// The name refusals give the object: its name, or its `generateName` before one is made (as kube-apiserver's
+    /// admission errors do).
+    pub fn object_name<'a>(&'a self, object: &'a Value) -> &'a str {
+        if self.name.is_empty() { object["metadata"]["generateName"].as_str().unwrap_or_default() } else { self.name }
+    }
+}
+
 /// A plugin that may change an object before its kind prepares and validates it.
 pub trait Mutating: Send + Sync {
     fn admit<'a>(

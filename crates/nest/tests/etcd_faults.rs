@@ -329,11 +329,22 @@ fn compaction_keeps_a_small_etcd_writable() {
         "--raw",
         &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={first}&timeoutSeconds=2"),
     ]);
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(
-        text.contains("410") || text.contains("too old resource version"),
-        "a watch from a compacted revision: {text}"
+    // The answer is a watch whose only event is an ERROR carrying the 410 Status (no change replayed before it).
+    let text = String::from_utf8_lossy(&output.stdout);
+    let events: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert_eq!(
+        events.len(),
+        1,
+        "a watch from a compacted revision: {text} {}",
+        String::from_utf8_lossy(&output.stderr)
     );
+    let (kind, status) = (&events[0]["type"], &events[0]["object"]);
+    assert_eq!(
+        (kind.as_str(), status["code"].as_i64(), status["reason"].as_str()),
+        (Some("ERROR"), Some(410), Some("Expired")),
+        "{text}"
+    );
+    assert!(status["message"].as_str().is_some_and(|m| m.starts_with("too old resource version")), "{text}");
 
     // With its etcd gone the server is alive but not ready, and says which check fails; ready again once it is back.
     let readyz = |server: &Server| {

@@ -8,7 +8,7 @@
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::admission::{Mutating, Operation, Request};
+use crate::admission::{Mutating, Request};
 use crate::error::{ApiError, Result};
 use crate::strategy::Cluster;
 
@@ -64,10 +64,7 @@ impl Mutating for Priority {
         object: &'a mut Value,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let pods = request.info.group.is_empty()
-                && request.info.plural == "pods"
-                && matches!(request.subresource, crate::store::Subresource::Main);
-            if !pods || request.operation != Operation::Create || !object["spec"].is_object() {
+            if !request.creates("", "pods") || !object["spec"].is_object() {
                 return Ok(());
             }
             let classes = classes(cluster).await?;
@@ -76,14 +73,9 @@ impl Mutating for Priority {
                 Some(name) => {
                     let found = classes.iter().find(|c| c["metadata"]["name"] == name.as_str());
                     let Some(found) = found else {
-                        let who = if request.name.is_empty() {
-                            object["metadata"]["generateName"].as_str().unwrap_or_default()
-                        } else {
-                            request.name
-                        };
                         return Err(ApiError::forbidden(
                             request.info,
-                            who,
+                            request.object_name(object),
                             format!("no PriorityClass with name {name} was found"),
                         ));
                     };
@@ -99,10 +91,9 @@ impl Mutating for Priority {
             if let Some(given) = object["spec"]["priority"].as_i64()
                 && given != value
             {
-                let who = request.name;
                 return Err(ApiError::forbidden(
                     request.info,
-                    who,
+                    request.object_name(object),
                     format!(
                         "the integer value of priority ({given}) must not be provided in pod spec; priority admission \
                          controller computed {value} from the given PriorityClass name"

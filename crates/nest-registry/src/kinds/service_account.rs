@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::admission::{Mutating, Operation, Request, Validating, Warnings};
+use crate::admission::{Mutating, Request, Validating, Warnings};
 use crate::error::{ApiError, Result};
 use crate::strategy::Cluster;
 
@@ -38,15 +38,11 @@ const ENFORCE_MOUNTABLE: &str = "kubernetes.io/enforce-mountable-secrets";
 pub struct ServiceAccount;
 
 fn applies(request: &Request<'_>) -> bool {
-    request.info.group.is_empty()
-        && request.info.plural == "pods"
-        && request.operation == Operation::Create
-        && matches!(request.subresource, crate::store::Subresource::Main)
+    request.creates("", "pods")
 }
 
-/// The name admission errors give a pod: its name, or its `generateName` before one is made.
 fn pod_name<'a>(request: &'a Request<'a>, pod: &'a Value) -> &'a str {
-    if request.name.is_empty() { pod["metadata"]["generateName"].as_str().unwrap_or_default() } else { request.name }
+    request.object_name(pod)
 }
 
 /// The ServiceAccount `name` of `namespace`. The namespace's `default` is looked for ten times over about two seconds,

@@ -6,7 +6,7 @@
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::admission::{Mutating, Operation, Request};
+use crate::admission::{Mutating, Request};
 use crate::error::{ApiError, Result};
 use crate::strategy::Cluster;
 
@@ -38,10 +38,7 @@ impl Mutating for DefaultStorageClass {
         object: &'a mut Value,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let claims = request.info.group.is_empty()
-                && request.info.plural == "persistentvolumeclaims"
-                && matches!(request.subresource, crate::store::Subresource::Main);
-            if !claims || request.operation != Operation::Create || !object["spec"].is_object() {
+            if !request.creates("", "persistentvolumeclaims") || !object["spec"].is_object() {
                 return Ok(());
             }
             if object["spec"].get("storageClassName").is_some_and(|c| !c.is_null()) {
