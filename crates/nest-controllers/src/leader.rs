@@ -36,13 +36,19 @@ impl Election {
 
     /// Waits until this candidate holds the Lease.
     pub async fn acquire(&self) {
+        // An API server that does not answer yet (it starts beside this one) is asked again soon, backing off to the
+        // renewal period; a Lease another holds, at the renewal period.
+        let mut unanswered = Duration::from_millis(100);
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => return,
-                Ok(false) => {}
-                Err(error) => tracing::debug!(%error, lease = %self.name, "leader election"),
+                Ok(false) => tokio::time::sleep(self.renew_every).await,
+                Err(error) => {
+                    tracing::debug!(%error, lease = %self.name, "leader election");
+                    unanswered = (unanswered * 2).min(self.renew_every);
+                    tokio::time::sleep(unanswered).await;
+                }
             }
-            tokio::time::sleep(self.renew_every).await;
         }
     }
 
@@ -64,8 +70,19 @@ impl Election {
         }
     }
 
-    /// One round: take the Lease if it is free, expired or already ours. `Ok(true)` when held afterwards.
+    /// One round, given at most the renewal period (as client-go's `RenewDeadline` bounds it): a request stuck on a
+    /// connection that carries nothing any more (seen here: a pod's first connection through the service proxy,
+    /// its packets lost both ways, which TCP would retry for a quarter of an hour) is abandoned, and the next round
+    /// opens another.
     async fn try_acquire_or_renew(&self) -> kube::Result<bool> {
+        match tokio::time::timeout(self.renew_every.max(Duration::from_secs(1)), self.round()).await {
+            Ok(result) => result,
+            Err(_) => Err(kube::Error::Service("the Lease request took longer than the renewal period".into())),
+        }
+    }
+
+    /// Take the Lease if it is free, expired or already ours. `Ok(true)` when held afterwards.
+    async fn round(&self) -> kube::Result<bool> {
         let now = MicroTime(jiff::Timestamp::try_from(SystemTime::now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
         let current = self.api.get_opt(&self.name).await?;
         let Some(mut lease) = current else {

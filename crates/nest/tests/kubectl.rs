@@ -644,6 +644,16 @@ fn rbac_bindings_decide_what_a_user_may_do_and_revoke_at_once_on(storage: &Stora
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = as_user(&server, "alice-token", &["-n", "team", "get", "pods"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = as_user(&server, "alice-token", &["-n", "other", "get", "pods"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(
+            r#"pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "other""#
+        ),
+        "{said}"
+    );
     let out = as_user(&server, "alice-token", &["-n", "other", "get", "configmap", "settings"]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(

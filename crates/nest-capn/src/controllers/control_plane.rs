@@ -178,6 +178,11 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
     let controllers = controllers && syncer_ready;
     let serving = Serving { initialized, controllers };
     report_components(&planes, &plane, &components, &target, refusal.as_ref(), serving).await?;
+    if initialized && all_ready && !controllers {
+        // Only the tenant's own controllers are awaited, which no watch here sees: they take a moment, look again
+        // soon (a tenant is Ready within a second of its components).
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     Ok(look_again(initialized && all_ready && controllers))
 }
 
