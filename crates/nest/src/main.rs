@@ -65,8 +65,10 @@ enum Command {
 }
 
 /// What is logged unless `RUST_LOG` says otherwise: warnings, but not kube-client's, which print whole response
-/// bodies (a Secret's data among them) when one does not decode.
-const LOG_DEFAULT: &str = "warn,kube_client=error";
+/// bodies (a Secret's data among them) when one does not decode, nor its request layer's line for every failed
+/// connection (a component that retries reports its own failures; on `nest up` each tenant's API server starting
+/// printed a dozen ERROR lines).
+const LOG_DEFAULT: &str = "warn,kube_client=error,kube_client::client::builder=off";
 
 fn main() -> anyhow::Result<()> {
     // In a sandbox the node mounts this binary as the container's first process (`/.nest/init PROGRAM ARGS…`).

@@ -176,6 +176,11 @@ impl Shell {
         std::thread::sleep(Duration::from_millis(200));
         assert!(status.success(), "nest up exited with {status} on SIGINT: {}", up.stderr.text());
         assert!(up.stderr.text().contains("nest up: stopped"), "{}", up.stderr.text());
+        // A quick start that went well says nothing alarming: no ERROR line (each tenant API server starting once
+        // printed a dozen of kube-client's "failed with error client error (Connect)").
+        let errors: Vec<String> =
+            up.stderr.text().lines().filter(|l| l.contains("ERROR")).map(str::to_string).collect();
+        assert!(errors.is_empty(), "nest up logged errors during the quick start:\n{}", errors.join("\n"));
     }
 }
 
