@@ -177,7 +177,7 @@ pub const KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
 /// A kubelet serving certificate for node `node` at `ips`, issued by the CA in `pki_dir` (`ca.crt`, `ca.key`, as
 /// [`Pki::load_or_create`] keeps them); returns (certificate PEM, key PEM, CA certificate PEM).
 pub fn issue_kubelet_serving(pki_dir: &Path, node: &str, ips: &[IpAddr]) -> anyhow::Result<(String, String, String)> {
-    let ca = Ca(load(pki_dir, "ca")?.with_context(|| format!("no ca.crt and ca.key in {}", pki_dir.display()))?);
+    let ca = cluster_ca(pki_dir)?;
     let mut names: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
     names.push(node.to_string());
     let common_name = format!("system:node:{node}");
@@ -192,10 +192,16 @@ pub fn issue_kubelet_serving(pki_dir: &Path, node: &str, ips: &[IpAddr]) -> anyh
     Ok((pair.cert, pair.key, ca.0.cert))
 }
 
+/// The cluster CA kept in `pki_dir` (`ca.crt`, `ca.key`), with which the controller-manager signs approved
+/// CertificateSigningRequests.
+pub fn cluster_ca(pki_dir: &Path) -> anyhow::Result<Ca> {
+    Ok(Ca(load(pki_dir, "ca")?.with_context(|| format!("no ca.crt and ca.key in {}", pki_dir.display()))?))
+}
+
 /// A client certificate for `user` in `group` (its organization), issued by the CA in `pki_dir`; returns
 /// (certificate PEM, key PEM, CA certificate PEM).
 pub fn issue_client(pki_dir: &Path, user: &str, group: Option<&str>) -> anyhow::Result<(String, String, String)> {
-    let ca = Ca(load(pki_dir, "ca")?.with_context(|| format!("no ca.crt and ca.key in {}", pki_dir.display()))?);
+    let ca = cluster_ca(pki_dir)?;
     let leaf = Leaf {
         common_name: user,
         organization: group,

@@ -783,7 +783,7 @@ async fn impersonated(state: &Arc<State>, real: &User, headers: &hyper::HeaderMa
 
 /// The RBAC object a write would leave: the body of a create or replace, or the stored object with the patch
 /// applied (the body itself, for an apply of a new object).
-async fn rbac_object_after(
+async fn object_after(
     state: &Arc<State>,
     target: &Target,
     request: &hyper::http::request::Parts,
@@ -826,7 +826,7 @@ async fn resource_request(
         if target.resource.info.group == "rbac.authorization.k8s.io"
             && matches!(request.method, Method::POST | Method::PUT | Method::PATCH)
         {
-            let object = rbac_object_after(state, &target, request, &body).await?;
+            let object = object_after(state, &target, request, &body).await?;
             let namespace = target.namespace.as_deref().unwrap_or_default();
             crate::authz::check_escalation(
                 &state.registry,
@@ -838,6 +838,28 @@ async fn resource_request(
             )
             .await?;
         }
+    }
+    // Who may approve and sign for a signer, and what it may be asked (the certificate admission plugins).
+    if let Some(user) = user
+        && target.resource.info.group == "certificates.k8s.io"
+        && matches!(request.method, Method::POST | Method::PUT | Method::PATCH)
+    {
+        let after = object_after(state, &target, request, &body).await?;
+        let (ns, name) = (target.namespace.as_deref().unwrap_or_default(), target.name.as_deref());
+        let old = match name {
+            Some(name) => Some(state.registry.get(&target.resource, ns, name).await?),
+            None => None,
+        };
+        crate::certificates::check(
+            &state.registry,
+            state.authorization,
+            user,
+            &target.resource.info,
+            target.subresource.as_deref(),
+            &after,
+            old.as_ref(),
+        )
+        .await?;
     }
     // Reviews are answered, not stored.
     if request.method == Method::POST
@@ -948,7 +970,19 @@ async fn serve_resource(
         }
 
         // === one object ===
-        (&Method::GET, Some(name), None | Some("status")) => {
+        // The object through `/status` or a kind's own view of it that is read and written whole (a CSR's
+        // `/approval`); not `pods/log`, which is the node's.
+        (&Method::GET, Some(name), sub)
+            if sub.is_none_or(|sub| {
+                sub == "status"
+                    || info.subresources.iter().any(|own| {
+                        own.name == sub
+                            && own.kind == info.kind
+                            && own.verbs.contains(&"get")
+                            && own.verbs.contains(&"update")
+                    })
+            }) =>
+        {
             verb_allowed("get")?;
             let obj = registry.get(&target.resource, ns, name).await?;
             Ok(json_response(StatusCode::OK, &representation.object(obj, &table)))
@@ -1072,8 +1106,13 @@ fn delete_options(query: &Query, content_type: &str, body: &[u8]) -> Result<Dele
     if let Some(p) = query.get("propagationPolicy").filter(|p| !p.is_empty()) {
         propagation = Some(p.to_string());
     }
-    if propagation.is_none() && body.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
-        propagation = Some("Orphan".into());
+    // The deprecated orphanDependents says it too, either way (false keeps a kind that orphans by default from it).
+    let orphan = match query.get("orphanDependents").filter(|o| !o.is_empty()) {
+        Some(text) => Some(text == "true"),
+        None => body.get("orphanDependents").and_then(Value::as_bool),
+    };
+    if propagation.is_none() {
+        propagation = orphan.map(|orphan| if orphan { "Orphan" } else { "Background" }.to_string());
     }
     let mut grace = body.get("gracePeriodSeconds").and_then(Value::as_i64);
     if let Some(text) = query.get("gracePeriodSeconds").filter(|g| !g.is_empty()) {

@@ -12,6 +12,7 @@ pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod body;
+pub mod certificates;
 pub mod certs;
 pub mod discovery;
 pub mod handler;

@@ -47,6 +47,7 @@ messages!(
     ("", "v1", "PersistentVolume", core::v1::PersistentVolume),
     ("", "v1", "ResourceQuota", core::v1::ResourceQuota),
     ("", "v1", "LimitRange", core::v1::LimitRange),
+    ("", "v1", "ReplicationController", core::v1::ReplicationController),
     ("apps", "v1", "Deployment", apps::v1::Deployment),
     ("apps", "v1", "ReplicaSet", apps::v1::ReplicaSet),
     ("apps", "v1", "StatefulSet", apps::v1::StatefulSet),
@@ -68,6 +69,12 @@ messages!(
     ("events.k8s.io", "v1", "Event", events::v1::Event),
     ("policy", "v1", "PodDisruptionBudget", policy::v1::PodDisruptionBudget),
     ("scheduling.k8s.io", "v1", "PriorityClass", scheduling::v1::PriorityClass),
+    (
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        k8s_pb::api::certificates::v1::CertificateSigningRequest
+    ),
     ("autoscaling", "v1", "Scale", k8s_pb::api::autoscaling::v1::Scale),
     ("authorization.k8s.io", "v1", "SelfSubjectAccessReview", k8s_pb::api::authorization::v1::SelfSubjectAccessReview),
     ("authorization.k8s.io", "v1", "SelfSubjectRulesReview", k8s_pb::api::authorization::v1::SelfSubjectRulesReview),

@@ -7,7 +7,7 @@
 //!
 //! - [`namespace`]: empties a namespace being deleted, then finalizes it;
 //! - [`serviceaccount`]: the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap in every namespace;
-//! - [`replicaset`]: pods for every ReplicaSet;
+//! - [`replicaset`]: pods for every ReplicaSet and ReplicationController;
 //! - [`deployment`]: ReplicaSets for every Deployment, rolled from one template to the next;
 //! - [`garbage`]: the garbage collector (owner references, foreground and orphan deletion);
 //! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady and tainted;
@@ -15,12 +15,14 @@
 //! - [`endpoints`]: Endpoints and EndpointSlices for every Service with a selector;
 //! - [`daemonset`]: one pod per eligible node for every DaemonSet;
 //! - [`statefulset`]: pods with stable names and their own volume claims for every StatefulSet;
-//! - [`podgc`]: removes pods whose node is gone.
+//! - [`podgc`]: removes pods whose node is gone;
+//! - [`certificates`]: signs approved CertificateSigningRequests for the standard signers, when given the CA.
 
 use std::future::Future;
 
 use kube::Client;
 
+pub mod certificates;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
@@ -145,6 +147,9 @@ pub struct Options {
     /// Provision a local volume for every claim with no storage class ([`volumes`]): on for a cluster whose nodes
     /// keep claims in their own directories (`nest up`), off for a tenant's, whose claims the syncer binds.
     pub local_volumes: bool,
+    /// The CA CertificateSigningRequests are signed with (`--cluster-signing-cert-file`/`-key-file`); without it
+    /// nothing signs them, as kube-controller-manager skips its signer.
+    pub signing: Option<certificates::Signing>,
 }
 
 /// Runs the controller-manager: waits to lead, then runs every controller. Returns `Ok` when `shutdown` completes,
@@ -152,7 +157,7 @@ pub struct Options {
 /// acts without the Lease).
 pub async fn run(client: Client, options: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
-    let Options { identity, ca_pem, lease_duration, on_leading, node_grace, local_volumes } = options;
+    let Options { identity, ca_pem, lease_duration, on_leading, node_grace, local_volumes, signing } = options;
     let mut election = leader::Election::new(client.clone(), LEASE.0, LEASE.1, identity.clone());
     election.lease_duration = lease_duration;
     election.renew_every = (lease_duration / 5).max(std::time::Duration::from_millis(200));
@@ -167,6 +172,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             namespace::run(client.clone()),
             serviceaccount::run(client.clone(), ca_pem),
             replicaset::run(client.clone()),
+            replicaset::run_replication(client.clone()),
             deployment::run(client.clone()),
             garbage::run(client.clone()),
             nodelifecycle::run(client.clone(), node_grace),
@@ -176,6 +182,11 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             statefulset::run(client.clone()),
             podgc::run(client.clone()),
             volumes::run(client.clone(), local_volumes),
+            async {
+                if let Some(signing) = signing {
+                    certificates::run(client.clone(), signing).await;
+                }
+            },
         );
     };
     tokio::select! {

@@ -1,13 +1,16 @@
-//! ReplicaSets, after kube-controller-manager's `replicaset` controller (`pkg/controller/replicaset`, 1.33): as many
-//! active pods as `spec.replicas`, made from the template and owned by the ReplicaSet; orphans that match the selector
+//! ReplicaSets and ReplicationControllers, after kube-controller-manager's `replicaset` controller
+//! (`pkg/controller/replicaset`, 1.33), which its `replication` controller reuses for core v1's older kind: as many
+//! active pods as `spec.replicas`, made from the template and owned by the set; orphans that match the selector
 //! are adopted, owned pods that stop matching are released; surplus pods are deleted least useful first (unscheduled,
 //! then pending, then not ready, then the youngest); status counts replicas, labelled, ready and available pods.
+//! What differs between the two kinds is in [`Replicated`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -16,12 +19,58 @@ use serde_json::json;
 
 /// At most this many pods are created or deleted per pass, as kube-controller-manager's `burstReplicas`.
 const BURST: usize = 500;
-/// Who the ReplicaSet's Events are from.
-const COMPONENT: &str = "replicaset-controller";
-
-/// Runs the controller until `client`'s server goes away for good.
+/// Runs the ReplicaSet controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    crate::run_owning::<ReplicaSet, Pod, _, _>(client, reconcile, "replicaset").await;
+    crate::run_owning::<ReplicaSet, Pod, _, _>(client, reconcile::<ReplicaSet>, "replicaset").await;
+}
+
+/// Runs the ReplicationController controller until `client`'s server goes away for good.
+pub async fn run_replication(client: Client) {
+    crate::run_owning::<ReplicationController, Pod, _, _>(client, reconcile::<ReplicationController>, "replication")
+        .await;
+}
+
+/// What the controller reads of a set: a ReplicaSet, or a ReplicationController (its selector a map of labels).
+pub trait Replicated:
+    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + k8s_openapi::serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// Who the set's Events are from.
+    const COMPONENT: &'static str;
+    /// The selector, template and wanted replicas, if the set has a spec.
+    fn shape(&self) -> Option<(LabelSelector, Option<PodTemplateSpec>, i32)>;
+    /// The status last written: replicas, ready, fully labelled, observed generation.
+    fn observed(&self) -> Option<(i32, i32, i32, Option<i64>)>;
+}
+
+impl Replicated for ReplicaSet {
+    const COMPONENT: &'static str = "replicaset-controller";
+    fn shape(&self) -> Option<(LabelSelector, Option<PodTemplateSpec>, i32)> {
+        let spec = self.spec.as_ref()?;
+        Some((spec.selector.clone(), spec.template.clone(), spec.replicas.unwrap_or(1)))
+    }
+    fn observed(&self) -> Option<(i32, i32, i32, Option<i64>)> {
+        let s = self.status.as_ref()?;
+        Some((s.replicas, s.ready_replicas.unwrap_or(0), s.fully_labeled_replicas.unwrap_or(0), s.observed_generation))
+    }
+}
+
+impl Replicated for ReplicationController {
+    const COMPONENT: &'static str = "replication-controller";
+    fn shape(&self) -> Option<(LabelSelector, Option<PodTemplateSpec>, i32)> {
+        let spec = self.spec.as_ref()?;
+        let selector = LabelSelector { match_labels: spec.selector.clone(), match_expressions: None };
+        Some((selector, spec.template.clone(), spec.replicas.unwrap_or(1)))
+    }
+    fn observed(&self) -> Option<(i32, i32, i32, Option<i64>)> {
+        let s = self.status.as_ref()?;
+        Some((s.replicas, s.ready_replicas.unwrap_or(0), s.fully_labeled_replicas.unwrap_or(0), s.observed_generation))
+    }
 }
 
 /// `metav1.FormatLabelSelector`: the selector as a query string.
@@ -77,12 +126,12 @@ pub fn is_ready(pod: &Pod) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {
-    if set.metadata.deletion_timestamp.is_some() {
+async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {
+    if set.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let (namespace, name) = (set.namespace().unwrap_or_default(), set.name_any());
-    let Some(spec) = &set.spec else { return Ok(Action::await_change()) };
+    let Some((selector, template, replicas)) = set.shape() else { return Ok(Action::await_change()) };
     let uid = set.uid().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let all = pods.list(&ListParams::default()).await?.items;
@@ -90,7 +139,7 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
     let mut owned = Vec::new();
     for pod in all {
         let labels = pod.labels().clone();
-        let matches = selects(&spec.selector, &labels);
+        let matches = selects(&selector, &labels);
         match controller_of(&pod.metadata) {
             Some(owner) if owner.uid == uid => {
                 if matches {
@@ -121,17 +170,17 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
     }
 
     let mut active: Vec<Pod> = owned.iter().filter(|p| is_active(p)).cloned().collect();
-    let wanted = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
+    let wanted = usize::try_from(replicas).unwrap_or(0);
     if active.len() < wanted {
         let missing = (wanted - active.len()).min(BURST);
-        let template = spec.template.clone().unwrap_or_default();
+        let template = template.clone().unwrap_or_default();
         let pod = crate::pod_from_template(&*set, &template, &[], None);
         let post = PostParams::default();
         let creations = (0..missing).map(|_| pods.create(&post, &pod));
         for created in futures_util::future::join_all(creations).await {
             let created = created?;
             let message = format!("Created pod: {}", created.name_any());
-            crate::events::record(&context.client, &*set, COMPONENT, "Normal", "SuccessfulCreate", message);
+            crate::events::record(&context.client, &*set, K::COMPONENT, "Normal", "SuccessfulCreate", message);
             active.push(created);
         }
     } else if active.len() > wanted {
@@ -142,31 +191,30 @@ async fn reconcile(set: Arc<ReplicaSet>, context: Arc<crate::Context>) -> Result
         for (pod, deleted) in surplus.iter().zip(futures_util::future::join_all(deletions).await) {
             if nest_client::done_unless_gone_or_changed(deleted)? {
                 let message = format!("Deleted pod: {}", pod.name_any());
-                crate::events::record(&context.client, &*set, COMPONENT, "Normal", "SuccessfulDelete", message);
+                crate::events::record(&context.client, &*set, K::COMPONENT, "Normal", "SuccessfulDelete", message);
             }
         }
     }
 
     let ready = active.iter().filter(|p| is_ready(p)).count();
     let template_labels =
-        spec.template.as_ref().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
+        template.as_ref().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
     let labelled = active.iter().filter(|p| template_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))).count();
     let status = json!({"status": {
         "replicas": active.len(),
         "fullyLabeledReplicas": labelled,
         "readyReplicas": ready,
         "availableReplicas": ready,
-        "observedGeneration": set.metadata.generation,
+        "observedGeneration": set.meta().generation,
     }});
-    let current = set.status.as_ref();
-    let unchanged = current.is_some_and(|s| {
-        s.replicas as usize == active.len()
-            && s.ready_replicas.unwrap_or(0) as usize == ready
-            && s.fully_labeled_replicas.unwrap_or(0) as usize == labelled
-            && s.observed_generation == set.metadata.generation
+    let unchanged = set.observed().is_some_and(|(replicas, ready_now, labelled_now, generation)| {
+        replicas as usize == active.len()
+            && ready_now as usize == ready
+            && labelled_now as usize == labelled
+            && generation == set.meta().generation
     });
     if !unchanged {
-        let sets: Api<ReplicaSet> = Api::namespaced(context.client.clone(), &namespace);
+        let sets: Api<K> = Api::namespaced(context.client.clone(), &namespace);
         nest_client::done_unless_gone_or_changed(
             sets.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await,
         )?;

@@ -114,6 +114,29 @@ pub fn key_pair() -> Result<(String, String)> {
     Ok((key.public_key_pem(), key.serialize_pem()))
 }
 
+/// A Go duration of hours, minutes and seconds (`8760h`, `90m`, `1h30m`), as certificate lifetimes are given
+/// (`--cluster-signing-duration`, a NestedControlPlane's `certificateValidity`).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut number = String::new();
+    for c in text.chars() {
+        match c {
+            '0'..='9' | '.' => number.push(c),
+            'h' | 'm' | 's' => {
+                let n: f64 = number.parse().ok()?;
+                total += n * match c {
+                    'h' => 3600.0,
+                    'm' => 60.0,
+                    _ => 1.0,
+                };
+                number.clear();
+            }
+            _ => return None,
+        }
+    }
+    (number.is_empty() && total > 0.0).then(|| Duration::from_secs_f64(total))
+}
+
 /// The public key (PEM SubjectPublicKeyInfo) of a PEM PKCS#8 private key.
 pub fn public_key_pem(private_pem: &str) -> Result<String> {
     Ok(KeyPair::from_pem(private_pem)?.public_key_pem())
@@ -170,4 +193,121 @@ mod tests {
         let left = not_after(&issued.cert).unwrap().duration_since(SystemTime::now()).unwrap();
         assert!(left <= Duration::from_secs(3600) && left > Duration::from_secs(3500), "{left:?}");
     }
+}
+
+/// What a PEM certificate signing request (PKCS#10) asks for, as the CertificateSigningRequest signers read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    pub common_name: String,
+    pub organizations: Vec<String>,
+    pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<String>,
+    pub emails: Vec<String>,
+    pub uris: Vec<String>,
+}
+
+/// Reads a PEM certificate signing request, its signature checked; the error in the words kube-apiserver uses where
+/// it has them (`PEM block type must be CERTIFICATE REQUEST`).
+pub fn read_request(pem: &str) -> std::result::Result<Request, String> {
+    use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509CertificationRequest};
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .map_err(|_| "PEM block type must be CERTIFICATE REQUEST".to_string())?;
+    if block.label != "CERTIFICATE REQUEST" {
+        return Err("PEM block type must be CERTIFICATE REQUEST".into());
+    }
+    let (_, csr) =
+        X509CertificationRequest::from_der(&block.contents).map_err(|e| format!("asn1: structure error: {e}"))?;
+    // Parsed again by rcgen, which checks the signature and refuses what it could not sign.
+    rcgen::CertificateSigningRequestParams::from_der(&block.contents.clone().into()).map_err(|e| e.to_string())?;
+    let info = &csr.certification_request_info;
+    let strings = |attributes: Vec<&x509_parser::x509::AttributeTypeAndValue>| -> Vec<String> {
+        attributes.into_iter().filter_map(|a| a.as_str().ok().map(str::to_string)).collect()
+    };
+    let mut request = Request {
+        common_name: strings(info.subject.iter_common_name().collect()).into_iter().next().unwrap_or_default(),
+        organizations: strings(info.subject.iter_organization().collect()),
+        ..Request::default()
+    };
+    for extension in csr.requested_extensions().into_iter().flatten() {
+        if let ParsedExtension::SubjectAlternativeName(names) = extension {
+            for name in &names.general_names {
+                match name {
+                    GeneralName::DNSName(dns) => request.dns_names.push(dns.to_string()),
+                    GeneralName::RFC822Name(email) => request.emails.push(email.to_string()),
+                    GeneralName::URI(uri) => request.uris.push(uri.to_string()),
+                    GeneralName::IPAddress(bytes) => request.ip_addresses.push(match bytes.len() {
+                        4 => std::net::Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).to_string(),
+                        16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*bytes).unwrap_or_default()).to_string(),
+                        _ => String::new(),
+                    }),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(request)
+}
+
+/// Signs a PEM certificate signing request with the CA, as kube-controller-manager's CSR signer does: the request's
+/// subject, names and public key; the key usages and extended key usages Kubernetes names (`digital signature`,
+/// `key encipherment`, `client auth`, `server auth`, …) and none of the request's own extensions; not a CA; valid
+/// from five minutes ago for `lifetime` (five minutes less for eight hours or more), never past the CA's own end.
+/// Returns the certificate, PEM.
+pub fn sign_request(ca: &Ca, pem: &str, usages: &[String], lifetime: Duration) -> std::result::Result<String, String> {
+    let mut request = rcgen::CertificateSigningRequestParams::from_pem(pem).map_err(|e| e.to_string())?;
+    let params = &mut request.params;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages.clear();
+    params.extended_key_usages.clear();
+    let mut unknown = Vec::new();
+    for usage in usages {
+        match usage.as_str() {
+            "signing" | "digital signature" => params.key_usages.push(KeyUsagePurpose::DigitalSignature),
+            "content commitment" => params.key_usages.push(KeyUsagePurpose::ContentCommitment),
+            "key encipherment" => params.key_usages.push(KeyUsagePurpose::KeyEncipherment),
+            "key agreement" => params.key_usages.push(KeyUsagePurpose::KeyAgreement),
+            "data encipherment" => params.key_usages.push(KeyUsagePurpose::DataEncipherment),
+            "cert sign" => params.key_usages.push(KeyUsagePurpose::KeyCertSign),
+            "crl sign" => params.key_usages.push(KeyUsagePurpose::CrlSign),
+            "encipher only" => params.key_usages.push(KeyUsagePurpose::EncipherOnly),
+            "decipher only" => params.key_usages.push(KeyUsagePurpose::DecipherOnly),
+            "any" => params.insert_extended_key_usage(ExtendedKeyUsagePurpose::Any),
+            "server auth" => params.insert_extended_key_usage(ExtendedKeyUsagePurpose::ServerAuth),
+            "client auth" => params.insert_extended_key_usage(ExtendedKeyUsagePurpose::ClientAuth),
+            "code signing" => params.insert_extended_key_usage(ExtendedKeyUsagePurpose::CodeSigning),
+            "email protection" | "s/mime" => params.insert_extended_key_usage(ExtendedKeyUsagePurpose::EmailProtection),
+            "timestamping" => params.insert_extended_key_usage(ExtendedKeyUsagePurpose::TimeStamping),
+            "ocsp signing" => params.insert_extended_key_usage(ExtendedKeyUsagePurpose::OcspSigning),
+            other => unknown.push(other.to_string()),
+        }
+    }
+    if !unknown.is_empty() {
+        return Err(format!("unrecognized usage values: [{}]", unknown.join(" ")));
+    }
+    params.key_usages.dedup();
+    let now = time::OffsetDateTime::now_utc();
+    let lifetime = time::Duration::try_from(lifetime).unwrap_or(time::Duration::days(365));
+    let backdate = time::Duration::minutes(5);
+    params.not_before = now - backdate;
+    params.not_after = if lifetime < time::Duration::hours(8) { now + lifetime } else { now + lifetime - backdate };
+    let ca_end = not_after(&ca.0.cert).map_err(|e| e.to_string())?;
+    let ca_end = time::OffsetDateTime::from(ca_end);
+    if ca_end < now {
+        return Err(format!("the signer has expired: NotAfter={ca_end}"));
+    }
+    params.not_after = params.not_after.min(ca_end);
+    let mut serial = [0u8; 16];
+    rand_bytes(&mut serial);
+    serial[0] &= 0x7f;
+    params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+    let key = KeyPair::from_pem(&ca.0.key).map_err(|e| e.to_string())?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.0.cert, key).map_err(|e| e.to_string())?;
+    Ok(request.signed_by(&issuer).map_err(|e| e.to_string())?.pem())
+}
+
+/// Random bytes from the operating system.
+fn rand_bytes(out: &mut [u8]) {
+    use ring::rand::SecureRandom;
+    // The system's randomness source does not fail on Linux; a failure would leave a serial of zeros, still valid.
+    let _ = ring::rand::SystemRandom::new().fill(out);
 }

@@ -183,6 +183,8 @@ impl Chain {
             ("DefaultStorageClass", Arc::new(storage_class::DefaultStorageClass)),
         ];
         chain.mutating = mutating.into_iter().filter(|(name, _)| plugins.runs(name)).map(|(_, p)| p).collect();
+        // Not a plugin one may turn off: upstream's CSR strategy records the requester.
+        chain.mutating.push(Arc::new(crate::kinds::certificate_signing_request::Requester));
         let validating: [(&str, Arc<dyn Validating>); 6] = [
             ("NamespaceLifecycle", Arc::new(namespace::Lifecycle)),
             ("LimitRanger", Arc::new(limit_range::LimitRanger)),
@@ -243,7 +245,8 @@ mod tests {
             "ServiceAccount in enable-admission-plugins and disable-admission-plugins overlapped"
         );
         let chain = Chain::of(&off, Default::default());
-        assert_eq!((chain.mutating.len(), chain.validating.len()), (3, 5));
-        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (4, 6));
+        // Three switched mutating plugins and the CSR requester, which is not a plugin one turns off.
+        assert_eq!((chain.mutating.len(), chain.validating.len()), (4, 5));
+        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (5, 6));
     }
 }

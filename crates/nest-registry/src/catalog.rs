@@ -85,18 +85,16 @@ pub struct ScalePaths {
 pub enum ScaleSelector {
     /// The workload's `spec.selector` label selector, formatted (built-in workloads).
     SpecSelector,
+    /// The workload's `spec.selector` as a map of labels, formatted `a=b,c=d` (a ReplicationController).
+    SpecSet,
     /// A string at this path (a CRD's `labelSelectorPath`).
     Path(String),
     None,
 }
 
 impl ScalePaths {
-    fn workload() -> ScalePaths {
-        ScalePaths {
-            spec_replicas: ".spec.replicas".into(),
-            status_replicas: ".status.replicas".into(),
-            selector: ScaleSelector::SpecSelector,
-        }
+    fn workload(selector: ScaleSelector) -> ScalePaths {
+        ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), selector }
     }
 }
 
@@ -146,7 +144,8 @@ pub(crate) struct Builtin {
     pub categories: &'static [&'static str],
     pub verbs: &'static [&'static str],
     pub status: bool,
-    pub scale: bool,
+    /// A `/scale` subresource, and where its selector comes from.
+    pub scale: Option<ScaleSelector>,
     pub stored_as: Option<StoredAs>,
     pub subresources: &'static [SubresourceInfo],
     pub created_status: Option<&'static str>,
@@ -172,7 +171,7 @@ pub fn builtins() -> Vec<Arc<ResourceInfo>> {
                 categories: strings(b.categories),
                 verbs: strings(b.verbs),
                 status: b.status,
-                scale: b.scale.then(ScalePaths::workload),
+                scale: b.scale.clone().map(ScalePaths::workload),
                 stored_as: b.stored_as,
                 subresources: b.subresources,
                 created_status: b.created_status,

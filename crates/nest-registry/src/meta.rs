@@ -47,6 +47,25 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Leaves out the metadata collections that are empty or null, as kube-apiserver's encoding does (ObjectMeta's
+/// `labels`, `annotations`, `finalizers`, `ownerReferences` and `managedFields` are `omitempty` in Go): an object
+/// written with `ownerReferences: []` (the garbage collector orphaning it, a client clearing its labels) reads back
+/// without the field.
+pub fn drop_empty_collections(obj: &mut Value) {
+    let Some(metadata) = obj.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    for field in ["labels", "annotations", "finalizers", "ownerReferences", "managedFields"] {
+        let empty = match metadata.get(field) {
+            Some(Value::Null) => true,
+            Some(Value::Array(items)) => items.is_empty(),
+            Some(Value::Object(map)) => map.is_empty(),
+            _ => false,
+        };
+        if empty {
+            metadata.remove(field);
+        }
+    }
+}
+
 pub fn is_deleting(obj: &Value) -> bool {
     obj.get("metadata").and_then(|m| m.get("deletionTimestamp")).is_some_and(|t| !t.is_null())
 }

@@ -13,6 +13,7 @@ pub fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
     let paths = info.scale.as_ref().expect("a resource with a scale subresource");
     let selector = match &paths.selector {
         ScaleSelector::SpecSelector => format_selector(&obj["spec"]["selector"]),
+        ScaleSelector::SpecSet => format_selector(&json!({"matchLabels": obj["spec"]["selector"]})),
         ScaleSelector::Path(path) => at(obj, path).and_then(Value::as_str).unwrap_or_default().to_string(),
         ScaleSelector::None => String::new(),
     };

@@ -58,6 +58,12 @@ pub trait Strategy: Send + Sync + 'static {
         self.validate(obj)
     }
 
+    /// [`Strategy::validate_update`] for a write through `subresource` (`/status`, or one of the kind's own), for kinds
+    /// whose rules differ by subresource.
+    fn validate_update_of(&self, _subresource: crate::store::Subresource, obj: &Value, old: &Value) -> Vec<Cause> {
+        self.validate_update(obj, old)
+    }
+
     /// The fields a field selector may use besides `metadata.name` and `metadata.namespace`.
     fn selectable_fields(&self) -> &'static [&'static str] {
         &[]
@@ -94,6 +100,12 @@ pub trait Strategy: Send + Sync + 'static {
     /// stop it and delete it again with 0.
     fn grace_period(&self, _obj: &Value, _asked: Option<i64>) -> i64 {
         0
+    }
+
+    /// What a delete that names no propagation policy does to the object's dependents (`DefaultGarbageCollectionPolicy`):
+    /// `None` for the background deletion most kinds have.
+    fn default_propagation(&self) -> Option<&'static str> {
+        None
     }
 
     /// Whether `obj`, although being deleted with no `metadata.finalizers` left, still waits for something of its

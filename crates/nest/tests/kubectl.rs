@@ -925,3 +925,60 @@ fn priority_classes_and_the_default_storage_class_are_admitted_as_upstream() {
         assert_eq!(server.json(&["get", "pvc", "classless"])["spec"]["storageClassName"], "", "{backend}");
     }
 }
+
+/// `kubectl get` of kinds whose columns were only NAME and AGE (issue 20), made with kubectl's own generators: the
+/// headers and cells kube-apiserver 1.33's printers give.
+#[test]
+fn kubectl_get_prints_upstreams_columns_for_every_kind() {
+    let server = Server::start(&Storage::Embedded);
+    server.ok(&["create", "cronjob", "nightly", "--image=busybox", "--schedule=0 3 * * *"]);
+    server.ok(&["create", "pdb", "web", "--selector=app=web", "--min-available=1"]);
+    server.ok(&["create", "priorityclass", "high", "--value=1000", "--description=important"]);
+    server.ok(&["create", "ingress", "web", "--rule=example.com/=web:80"]);
+    server.ok(&["create", "rolebinding", "viewers", "--clusterrole=view", "--user=alice", "--group=devs"]);
+    let table = |args: &[&str]| -> Vec<Vec<String>> {
+        let out = server.ok(args);
+        // Columns are separated by two or more spaces (cells such as `0 3 * * *` hold single ones).
+        out.lines()
+            .map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(str::to_string).collect())
+            .collect()
+    };
+    let without_age = |rows: Vec<Vec<String>>, age: usize| -> Vec<Vec<String>> {
+        rows.into_iter()
+            .map(|mut r| {
+                r.remove(age);
+                r
+            })
+            .collect()
+    };
+    assert_eq!(
+        without_age(table(&["get", "cronjob"]), 6),
+        [
+            vec!["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST SCHEDULE"],
+            vec!["nightly", "0 3 * * *", "<none>", "False", "0", "<none>"]
+        ]
+    );
+    assert_eq!(
+        without_age(table(&["get", "pdb"]), 4),
+        [vec!["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS"], vec!["web", "1", "N/A", "0"]]
+    );
+    let classes = table(&["get", "priorityclass", "high"]);
+    assert_eq!(classes[0], ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]);
+    assert_eq!(
+        (&classes[1][..3], &classes[1][4]),
+        (&["high", "1000", "false"].map(String::from)[..], &"PreemptLowerPriority".to_string())
+    );
+    // No address yet: that cell is empty, so the row splits into one fewer.
+    let ingresses = table(&["get", "ingress"]);
+    assert_eq!(ingresses[0], ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"]);
+    assert_eq!(ingresses[1][..4], ["web", "<none>", "example.com", "80"]);
+    assert_eq!(
+        table(&["get", "rolebinding", "viewers", "-o", "wide"])[0],
+        ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]
+    );
+    let row = &table(&["get", "rolebinding", "viewers", "-o", "wide"])[1];
+    assert_eq!(
+        (&row[0], &row[1], &row[3], &row[4]),
+        (&"viewers".into(), &"ClusterRole/view".into(), &"alice".into(), &"devs".into())
+    );
+}

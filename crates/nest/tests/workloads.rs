@@ -717,3 +717,72 @@ fn simulated_pods_are_ready_as_declared_and_stop_within_their_grace_period() {
     server.ok(&["delete", "pod", "sick", "--grace-period=0", "--force"]);
     assert!(server.kubectl(&["get", "pod", "sick"]).status.code() != Some(0), "sick survived a forced deletion");
 }
+
+/// A ReplicationController and the Service in front of it, one multi-document file as old manifests have them.
+const REPLICATION_CONTROLLER: &str = r#"
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx, resources: {requests: {cpu: 100m}}}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+"#;
+
+#[test]
+fn replication_controllers_keep_their_pods_and_orphan_them_by_default() {
+    for (backend, storage) in backends() {
+        let (server, _cluster) = cluster(&storage, &["--count", "2", "--start-delay-ms", "100"]);
+        let created = server.apply_manifest(REPLICATION_CONTROLLER);
+        assert!(created.contains("replicationcontroller/web created") && created.contains("service/web created"));
+        // Defaulted from the template, as SetDefaults_ReplicationController does.
+        let rc = server.json(&["get", "rc", "web"]);
+        assert_eq!(rc["spec"]["selector"], json!({"app": "web"}), "{backend}: {rc}");
+        assert_eq!(rc["metadata"]["labels"], json!({"app": "web"}), "{backend}: {rc}");
+        eventually(30, "3 pods Running and Ready", || running(&server, 3));
+        eventually(30, "the controller's status", || {
+            server.json(&["get", "rc", "web"])["status"]["readyReplicas"] == 3
+        });
+        let table = server.ok(&["get", "rc", "web", "-o", "wide"]);
+        let mut lines = table.lines().map(|l| l.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(
+            lines.next().unwrap(),
+            ["NAME", "DESIRED", "CURRENT", "READY", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"],
+            "{table}"
+        );
+        let row = lines.next().unwrap();
+        assert_eq!(
+            (row[0], row[1], row[2], row[3], row[5], row[6], row[7]),
+            ("web", "3", "3", "3", "web", "nginx", "app=web")
+        );
+        // Each pod is the controller's.
+        let owners =
+            server.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.ownerReferences[0].kind}"]);
+        assert_eq!(owners.split_whitespace().collect::<Vec<_>>(), ["ReplicationController"; 3], "{backend}");
+
+        assert!(server.ok(&["scale", "rc", "web", "--replicas=1"]).contains("replicationcontroller/web scaled"));
+        eventually(30, "1 pod left", || running(&server, 1));
+        server.ok(&["scale", "rc", "web", "--replicas=2"]);
+        eventually(30, "2 pods", || running(&server, 2));
+
+        // A DELETE that says nothing of propagation orphans a ReplicationController's pods (its strategy's default):
+        // they stay, no longer owned.
+        server.ok(&["delete", "--raw", "/api/v1/namespaces/default/replicationcontrollers/web"]);
+        eventually(30, "the controller gone", || !server.kubectl(&["get", "rc", "web"]).status.success());
+        eventually(30, "the pods orphaned", || {
+            let owners =
+                server.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.ownerReferences}"]);
+            owners.trim().is_empty()
+        });
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        assert!(running(&server, 2), "{backend}: {:?}", pods(&server));
+    }
+}

@@ -235,12 +235,7 @@ async fn serving_certificate<K: Resource<DynamicType = ()>>(
     plane: &NestedControlPlane,
     owner_object: &K,
 ) -> Result<Option<String>> {
-    let validity = plane
-        .spec
-        .certificate_validity
-        .as_deref()
-        .and_then(super::control_plane::parse_duration)
-        .unwrap_or(nest_pki::LEAF_VALIDITY);
+    let validity = super::control_plane::certificate_validity(plane);
     let ns = &names.namespace;
     let (secret, ca_secret, common_name, mut dns, services): (String, String, &str, Vec<String>, Vec<String>) =
         match (component, plan.flavor) {

@@ -39,8 +39,7 @@ pub(super) async fn reconcile(plane: Arc<NestedControlPlane>, context: Arc<Conte
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let plan = Plan::of(&plane, cluster.as_ref());
     let names = plan.names.clone();
-    let validity =
-        plane.spec.certificate_validity.as_deref().and_then(parse_duration).unwrap_or(nest_pki::LEAF_VALIDITY);
+    let validity = certificate_validity(&plane);
 
     // The PKI, with Cluster API's names: the cluster CA, the etcd CA, the front-proxy CA, the service-account keys,
     // and the client certificates the API server presents to etcd and to aggregated API servers.
@@ -452,8 +451,7 @@ async fn kubeconfig_secret(
     user: &str,
     group: Option<&str>,
 ) -> Result<nest_pki::Pair> {
-    let validity =
-        plane.spec.certificate_validity.as_deref().and_then(parse_duration).unwrap_or(nest_pki::LEAF_VALIDITY);
+    let validity = certificate_validity(plane);
     if let Some(existing) = secrets.get_opt(&name).await? {
         // The kubeconfig was written here (nest_pki::kubeconfig), so its fields are where that puts them.
         let text = secret_data(&existing, "value").unwrap_or_default();
@@ -493,26 +491,9 @@ async fn kubeconfig_secret(
     Ok(pair)
 }
 
-/// A Go duration of hours, minutes and seconds (`8760h`, `90m`, `1h30m`).
-pub(super) fn parse_duration(text: &str) -> Option<Duration> {
-    let mut total = 0f64;
-    let mut number = String::new();
-    for c in text.chars() {
-        match c {
-            '0'..='9' | '.' => number.push(c),
-            'h' | 'm' | 's' => {
-                let n: f64 = number.parse().ok()?;
-                total += n * match c {
-                    'h' => 3600.0,
-                    'm' => 60.0,
-                    _ => 1.0,
-                };
-                number.clear();
-            }
-            _ => return None,
-        }
-    }
-    (number.is_empty() && total > 0.0).then(|| Duration::from_secs_f64(total))
+/// How long the certificates of `plane` live: its `certificateValidity`, else a year.
+pub(super) fn certificate_validity(plane: &NestedControlPlane) -> Duration {
+    plane.spec.certificate_validity.as_deref().and_then(nest_pki::parse_duration).unwrap_or(nest_pki::LEAF_VALIDITY)
 }
 
 #[cfg(test)]

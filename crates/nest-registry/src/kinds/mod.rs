@@ -10,13 +10,15 @@
 //! | Service (ClusterIP allocation) | [`service`] |
 //! | ConfigMap, Secret | [`config`] |
 //! | Event (core and `events.k8s.io`) | [`event`] |
-//! | Deployment, ReplicaSet, StatefulSet, DaemonSet, Job | [`workload`] |
+//! | Deployment, ReplicaSet, ReplicationController, StatefulSet, DaemonSet, Job | [`workload`] |
 //! | CustomResourceDefinition | [`crd`] |
 //! | custom resources | [`custom`] |
 //! | RBAC roles and bindings | [`rbac`] |
+//! | CertificateSigningRequest (and `/approval`, who made it) | [`certificate_signing_request`] |
 //! | what a new cluster starts with | [`bootstrap`] |
 
 pub mod bootstrap;
+pub mod certificate_signing_request;
 pub mod config;
 pub mod crd;
 pub mod custom;
@@ -35,7 +37,7 @@ pub mod service_account;
 pub mod storage_class;
 pub mod workload;
 
-use crate::catalog::{ALL, Builtin, ResourceInfo, SubresourceInfo};
+use crate::catalog::{ALL, Builtin, ResourceInfo, ScaleSelector, SubresourceInfo};
 use crate::strategy::{Generic, Strategy};
 
 const NO_COLLECTION_DELETE: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
@@ -51,7 +53,7 @@ const PLAIN: Builtin = Builtin {
     categories: &[],
     verbs: ALL,
     status: false,
-    scale: false,
+    scale: None,
     stored_as: None,
     subresources: &[],
     created_status: None,
@@ -65,40 +67,42 @@ const SERVICE_ACCOUNT_SUBRESOURCES: &[SubresourceInfo] =
 /// `/apis/<group>/<version>`).
 #[rustfmt::skip]
 pub(crate) const BUILTINS: &[Builtin] = &[
-    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", namespaced: false, short: &["ns"], categories: &[], verbs: NO_COLLECTION_DELETE, status: true, scale: false, subresources: namespace::SUBRESOURCES, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: &["all"], verbs: ALL, status: true, scale: false, subresources: pod::SUBRESOURCES, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: &["all"], verbs: ALL, status: true, scale: false, created_status: Some(r#"{"loadBalancer":{}}"#), ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], verbs: ALL, status: false, scale: false, subresources: SERVICE_ACCOUNT_SUBRESOURCES, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", namespaced: false, short: &["no"], categories: &[], verbs: ALL, status: true, scale: false, ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", namespaced: true, short: &["pvc"], categories: &[], verbs: ALL, status: true, scale: false, created_status: Some(r#"{"phase":"Pending"}"#), ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "PersistentVolume", plural: "persistentvolumes", namespaced: false, short: &["pv"], categories: &[], verbs: ALL, status: true, scale: false, created_status: Some(r#"{"phase":"Pending"}"#), ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "ResourceQuota", plural: "resourcequotas", namespaced: true, short: &["quota"], categories: &[], verbs: ALL, status: true, scale: false, created_status: Some(r#"{}"#), ..PLAIN },
-    Builtin { group: "", version: "v1", kind: "LimitRange", plural: "limitranges", namespaced: true, short: &["limits"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: &["all"], verbs: ALL, status: true, scale: true, created_status: Some(r#"{}"#), ..PLAIN },
-    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", namespaced: true, short: &["rs"], categories: &["all"], verbs: ALL, status: true, scale: true, created_status: Some(r#"{"replicas":0}"#), ..PLAIN },
-    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", namespaced: true, short: &["sts"], categories: &["all"], verbs: ALL, status: true, scale: true, created_status: Some(r#"{"replicas":0,"availableReplicas":0}"#), ..PLAIN },
-    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", namespaced: true, short: &["ds"], categories: &["all"], verbs: ALL, status: true, scale: false, created_status: Some(r#"{"currentNumberScheduled":0,"numberMisscheduled":0,"desiredNumberScheduled":0,"numberReady":0}"#), ..PLAIN },
-    Builtin { group: "apps", version: "v1", kind: "ControllerRevision", plural: "controllerrevisions", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", namespaced: true, short: &[], categories: &["all"], verbs: ALL, status: true, scale: false, created_status: Some(r#"{}"#), ..PLAIN },
-    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", namespaced: true, short: &["cj"], categories: &["all"], verbs: ALL, status: true, scale: false, created_status: Some(r#"{}"#), ..PLAIN },
-    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: &["api-extensions"], verbs: ALL, status: true, scale: false, ..PLAIN },
-    Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", namespaced: true, short: &["ing"], categories: &[], verbs: ALL, status: true, scale: false, created_status: Some(r#"{"loadBalancer":{}}"#), ..PLAIN },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "IngressClass", plural: "ingressclasses", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "NetworkPolicy", plural: "networkpolicies", namespaced: true, short: &["netpol"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "storage.k8s.io", version: "v1", kind: "StorageClass", plural: "storageclasses", namespaced: false, short: &["sc"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
-    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: false, stored_as: Some(event::CORE_EVENTS), ..PLAIN },
-    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: &[], verbs: ALL, status: true, scale: false, created_status: Some(r#"{"disruptionsAllowed":0,"currentHealthy":0,"desiredHealthy":0,"expectedPods":0}"#), ..PLAIN },
-    Builtin { group: "scheduling.k8s.io", version: "v1", kind: "PriorityClass", plural: "priorityclasses", namespaced: false, short: &["pc"], categories: &[], verbs: ALL, status: false, scale: false, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", namespaced: false, short: &["ns"], categories: &[], verbs: NO_COLLECTION_DELETE, status: true, scale: None, subresources: namespace::SUBRESOURCES, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: &["all"], verbs: ALL, status: true, scale: None, subresources: pod::SUBRESOURCES, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: &["all"], verbs: ALL, status: true, scale: None, created_status: Some(r#"{"loadBalancer":{}}"#), ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "ReplicationController", plural: "replicationcontrollers", namespaced: true, short: &["rc"], categories: &["all"], verbs: ALL, status: true, scale: Some(ScaleSelector::SpecSet), created_status: Some(r#"{"replicas":0}"#), ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], verbs: ALL, status: false, scale: None, subresources: SERVICE_ACCOUNT_SUBRESOURCES, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", namespaced: false, short: &["no"], categories: &[], verbs: ALL, status: true, scale: None, ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", namespaced: true, short: &["pvc"], categories: &[], verbs: ALL, status: true, scale: None, created_status: Some(r#"{"phase":"Pending"}"#), ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "PersistentVolume", plural: "persistentvolumes", namespaced: false, short: &["pv"], categories: &[], verbs: ALL, status: true, scale: None, created_status: Some(r#"{"phase":"Pending"}"#), ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "ResourceQuota", plural: "resourcequotas", namespaced: true, short: &["quota"], categories: &[], verbs: ALL, status: true, scale: None, created_status: Some(r#"{}"#), ..PLAIN },
+    Builtin { group: "", version: "v1", kind: "LimitRange", plural: "limitranges", namespaced: true, short: &["limits"], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: &["all"], verbs: ALL, status: true, scale: Some(ScaleSelector::SpecSelector), created_status: Some(r#"{}"#), ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", namespaced: true, short: &["rs"], categories: &["all"], verbs: ALL, status: true, scale: Some(ScaleSelector::SpecSelector), created_status: Some(r#"{"replicas":0}"#), ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", namespaced: true, short: &["sts"], categories: &["all"], verbs: ALL, status: true, scale: Some(ScaleSelector::SpecSelector), created_status: Some(r#"{"replicas":0,"availableReplicas":0}"#), ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", namespaced: true, short: &["ds"], categories: &["all"], verbs: ALL, status: true, scale: None, created_status: Some(r#"{"currentNumberScheduled":0,"numberMisscheduled":0,"desiredNumberScheduled":0,"numberReady":0}"#), ..PLAIN },
+    Builtin { group: "apps", version: "v1", kind: "ControllerRevision", plural: "controllerrevisions", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", namespaced: true, short: &[], categories: &["all"], verbs: ALL, status: true, scale: None, created_status: Some(r#"{}"#), ..PLAIN },
+    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", namespaced: true, short: &["cj"], categories: &["all"], verbs: ALL, status: true, scale: None, created_status: Some(r#"{}"#), ..PLAIN },
+    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: &["api-extensions"], verbs: ALL, status: true, scale: None, ..PLAIN },
+    Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", namespaced: true, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", namespaced: true, short: &["ing"], categories: &[], verbs: ALL, status: true, scale: None, created_status: Some(r#"{"loadBalancer":{}}"#), ..PLAIN },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "IngressClass", plural: "ingressclasses", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "NetworkPolicy", plural: "networkpolicies", namespaced: true, short: &["netpol"], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "storage.k8s.io", version: "v1", kind: "StorageClass", plural: "storageclasses", namespaced: false, short: &["sc"], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
+    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], verbs: ALL, status: false, scale: None, stored_as: Some(event::CORE_EVENTS), ..PLAIN },
+    Builtin { group: "certificates.k8s.io", version: "v1", kind: "CertificateSigningRequest", plural: "certificatesigningrequests", namespaced: false, short: &["csr"], categories: &[], verbs: ALL, status: true, scale: None, subresources: certificate_signing_request::SUBRESOURCES, ..PLAIN },
+    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: &[], verbs: ALL, status: true, scale: None, created_status: Some(r#"{"disruptionsAllowed":0,"currentHealthy":0,"desiredHealthy":0,"expectedPods":0}"#), ..PLAIN },
+    Builtin { group: "scheduling.k8s.io", version: "v1", kind: "PriorityClass", plural: "priorityclasses", namespaced: false, short: &["pc"], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN },
     // Reviews (`kubectl auth can-i`, `whoami`): created and answered, never stored (nest-apiserver's reviews.rs).
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", namespaced: false, verbs: &["create"], ..PLAIN },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", namespaced: false, verbs: &["create"], ..PLAIN },
@@ -121,11 +125,16 @@ pub fn for_resource(info: &ResourceInfo) -> Box<dyn Strategy> {
         ("", "services") => Box::new(service::Service),
         ("", "endpoints") => Box::new(endpoints::Endpoints),
         ("discovery.k8s.io", "endpointslices") => Box::new(endpoints::EndpointSlice),
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            Box::new(certificate_signing_request::CertificateSigningRequest)
+        }
         ("apps", "deployments") => Box::new(workload::Workload::Deployment),
         ("apps", "replicasets") => Box::new(workload::Workload::ReplicaSet),
+        ("", "replicationcontrollers") => Box::new(workload::Workload::ReplicationController),
         ("apps", "statefulsets") => Box::new(workload::Workload::StatefulSet),
         ("apps", "daemonsets") => Box::new(workload::Workload::DaemonSet),
         ("batch", "jobs") => Box::new(workload::Workload::Job),
+        ("batch", "cronjobs") => Box::new(workload::Workload::CronJob),
         ("", "events") => Box::new(event::Event { events_v1: false }),
         ("events.k8s.io", "events") => Box::new(event::Event { events_v1: true }),
         ("rbac.authorization.k8s.io", _) => Box::new(rbac::PathSegmentNames),

@@ -138,6 +138,10 @@ pub fn bootstrap_policy() -> Vec<(&'static str, serde_json::Value)> {
                     {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "patch", "update", "delete", "deletecollection"]},
                     {"apiGroups": ["", "apps", "batch", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io", "policy"],
                      "resources": ["*"], "verbs": ["create"]},
+                    // The csrsigning controller's signers (kube-controller-manager's bootstrap policy names them).
+                    {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "resourceNames": [
+                      "kubernetes.io/kube-apiserver-client", "kubernetes.io/kube-apiserver-client-kubelet",
+                      "kubernetes.io/kubelet-serving", "kubernetes.io/legacy-unknown"], "verbs": ["sign"]},
                 ]),
             ),
         ),

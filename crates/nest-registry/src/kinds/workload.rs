@@ -1,4 +1,4 @@
-//! Workloads (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job): the defaults of pkg/apis/apps/v1/defaults.go
+//! Workloads (Deployment, ReplicaSet, ReplicationController, StatefulSet, DaemonSet, Job, CronJob): the defaults of pkg/apis/apps/v1/defaults.go
 //! (and batch's) that controllers rely on, the checks that protect the controllers, and their pod template's pod
 //! defaults and checks ([`crate::kinds::pod`]).
 
@@ -14,9 +14,13 @@ use crate::strategy::Strategy;
 pub enum Workload {
     Deployment,
     ReplicaSet,
+    /// core v1's ReplicaSet before there were ReplicaSets: its selector is a map of labels.
+    ReplicationController,
     StatefulSet,
     DaemonSet,
     Job,
+    /// Its pods' template is its Job template's (`spec.jobTemplate.spec.template`).
+    CronJob,
 }
 
 /// The labels kube-apiserver gives a Job's pod template, and (the first) its generated selector.
@@ -60,6 +64,9 @@ impl Strategy for Workload {
         if *self == Workload::Job {
             generate_job_selector(obj);
         }
+        if *self == Workload::ReplicationController {
+            default_from_template_labels(obj);
+        }
         let spec = &mut obj["spec"];
         let mut defaults: Vec<(&str, Value)> = Vec::new();
         match self {
@@ -69,7 +76,7 @@ impl Strategy for Workload {
                 defaults.push(("revisionHistoryLimit", serde_json::json!(10)));
                 defaults.push(("progressDeadlineSeconds", serde_json::json!(600)));
             }
-            Workload::ReplicaSet => defaults.push(("replicas", serde_json::json!(1))),
+            Workload::ReplicaSet | Workload::ReplicationController => defaults.push(("replicas", serde_json::json!(1))),
             Workload::StatefulSet => {
                 defaults.push(("replicas", serde_json::json!(1)));
                 defaults.push(("podManagementPolicy", serde_json::json!("OrderedReady")));
@@ -89,6 +96,13 @@ impl Strategy for Workload {
                     serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
                 ));
                 defaults.push(("revisionHistoryLimit", serde_json::json!(10)));
+            }
+            // SetDefaults_CronJob.
+            Workload::CronJob => {
+                defaults.push(("concurrencyPolicy", serde_json::json!("Allow")));
+                defaults.push(("suspend", serde_json::json!(false)));
+                defaults.push(("successfulJobsHistoryLimit", serde_json::json!(3)));
+                defaults.push(("failedJobsHistoryLimit", serde_json::json!(1)));
             }
             Workload::Job => {
                 defaults.push(("completions", serde_json::json!(1)));
@@ -114,7 +128,13 @@ impl Strategy for Workload {
                 Some(_) => {}
             }
         }
-        if let Some(template) = spec.get_mut("template")
+        let template = match self {
+            Workload::CronJob => {
+                spec.get_mut("jobTemplate").and_then(|t| t.get_mut("spec")).and_then(|s| s.get_mut("template"))
+            }
+            _ => spec.get_mut("template"),
+        };
+        if let Some(template) = template
             && template.get("spec").is_some_and(Value::is_object)
         {
             // The template's pod gets the pod defaults, but a template has no status.
@@ -122,7 +142,7 @@ impl Strategy for Workload {
             if let Some(map) = template.as_object_mut() {
                 map.remove("status");
             }
-            if *self == Workload::Job && template["spec"]["restartPolicy"] == "Always" {
+            if matches!(self, Workload::Job | Workload::CronJob) && template["spec"]["restartPolicy"] == "Always" {
                 // A Job's pods must not restart forever; kube-apiserver refuses Always, nest defaults to Never.
                 template["spec"]["restartPolicy"] = serde_json::json!("Never");
             }
@@ -131,6 +151,12 @@ impl Strategy for Workload {
 
     fn validate(&self, obj: &Value) -> Vec<Cause> {
         self.check(obj)
+    }
+
+    /// core v1's ReplicationControllers orphan their pods unless told otherwise, as upstream keeps them for old
+    /// clients (`rcStrategy.DefaultGarbageCollectionPolicy`).
+    fn default_propagation(&self) -> Option<&'static str> {
+        (*self == Workload::ReplicationController).then_some("Orphan")
     }
 }
 
@@ -158,33 +184,81 @@ impl Workload {
                 ));
             }
         }
-        if *self != Workload::Job {
-            let selector = spec.get("selector").filter(|s| s.is_object());
+        if !matches!(self, Workload::Job | Workload::CronJob) {
             let labels = &spec["template"]["metadata"]["labels"];
+            // A ReplicationController's selector is a map of labels; the others' a label selector.
+            let (selector, match_labels) = match self {
+                Workload::ReplicationController => {
+                    let selector = spec.get("selector").filter(|s| s.as_object().is_some_and(|m| !m.is_empty()));
+                    (selector, selector)
+                }
+                _ => {
+                    let selector = spec.get("selector").filter(|s| s.is_object());
+                    (selector, selector.map(|s| &s["matchLabels"]))
+                }
+            };
             match selector {
                 None => causes.push(Cause::required("spec.selector")),
-                Some(selector) => {
-                    let unmatched = selector["matchLabels"]
-                        .as_object()
+                Some(_) => {
+                    let unmatched = match_labels
+                        .and_then(Value::as_object)
                         .into_iter()
                         .flatten()
                         .any(|(key, value)| labels.get(key) != Some(value));
                     if unmatched {
                         causes.push(Cause::invalid(
                             "spec.template.metadata.labels",
-                            format!("Invalid value: {labels}: `selector` does not match template `labels`"),
+                            format!("Invalid value: {}: `selector` does not match template `labels`", go_map(labels)),
                         ));
                     }
                 }
             }
+            // Their pods run until the workload removes them (ValidatePodTemplateSpecForReplicaSet and friends).
+            let restart = &spec["template"]["spec"]["restartPolicy"];
+            if let Some(policy) = restart.as_str().filter(|p| *p != "Always") {
+                causes.push(Cause {
+                    reason: "FieldValueNotSupported",
+                    field: "spec.template.spec.restartPolicy".into(),
+                    message: format!("Unsupported value: {policy:?}: supported values: \"Always\""),
+                });
+            }
         }
-        match spec.get("template").filter(|t| t.is_object()) {
-            None => causes.push(Cause::required("spec.template")),
+        let (template, path) = match self {
+            Workload::CronJob => (&spec["jobTemplate"]["spec"]["template"], "spec.jobTemplate.spec.template"),
+            _ => (&spec["template"], "spec.template"),
+        };
+        match Some(template).filter(|t| t.is_object()) {
+            None => causes.push(Cause::required(path)),
             Some(template) => causes.extend(crate::kinds::pod::template(template).into_iter().map(|mut cause| {
-                cause.field = format!("spec.template.{}", cause.field);
+                cause.field = format!("{path}.{}", cause.field);
                 cause
             })),
         }
         causes
     }
+}
+
+/// `SetDefaults_ReplicationController`: a controller without a selector selects its template's labels, and one without
+/// labels of its own carries them.
+fn default_from_template_labels(obj: &mut Value) {
+    let labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+    if labels.as_object().is_none_or(|m| m.is_empty()) {
+        return;
+    }
+    if obj["spec"]["selector"].as_object().is_none_or(|m| m.is_empty()) {
+        obj["spec"]["selector"] = labels.clone();
+    }
+    if obj["metadata"]["labels"].as_object().is_none_or(|m| m.is_empty()) {
+        obj["metadata"]["labels"] = labels;
+    }
+}
+
+/// A map of labels as Go's `%#v` prints one in a field error: `map[string]string{"a":"b", "c":"d"}`.
+fn go_map(labels: &Value) -> String {
+    let pairs = labels.as_object().into_iter().flatten();
+    let pairs: Vec<String> = pairs.map(|(k, v)| format!("{k:?}:{:?}", v.as_str().unwrap_or_default())).collect();
+    if pairs.is_empty() && labels.is_null() {
+        return "map[string]string(nil)".into();
+    }
+    format!("map[string]string{{{}}}", pairs.join(", "))
 }

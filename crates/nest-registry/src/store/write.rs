@@ -133,6 +133,7 @@ impl Registry {
             obj["status"] = serde_json::from_str(created).unwrap_or_default();
         }
         resource.strategy.prepare_for_create(&mut obj);
+        meta::drop_empty_collections(&mut obj);
         let check_name = if given.is_empty() { meta::generate_name(&generate) } else { given.clone() };
         Self::check_name(resource, &check_name)?;
         let mut causes = resource.strategy.validate(&obj);
@@ -278,7 +279,7 @@ impl Registry {
         let request = admission_request(resource, Operation::Update, subresource, namespace, name, Some(old), dry_run);
         self.admission.admit(self.cluster(), &request, &mut body).await?;
         let mut obj = self.merge_update(resource, old, body, subresource)?;
-        let mut causes = resource.strategy.validate_update(&obj, old);
+        let mut causes = resource.strategy.validate_update_of(subresource, &obj, old);
         causes.extend(resource.strategy.validate_in(&self.cluster(), &obj));
         if !causes.is_empty() {
             return Err(ApiError::invalid(info, name, causes));
@@ -435,6 +436,7 @@ impl Registry {
             let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
             meta::metadata_mut(&mut obj).insert("generation".into(), json!(generation));
         }
+        meta::drop_empty_collections(&mut obj);
         Ok(obj)
     }
 
@@ -540,7 +542,7 @@ impl Registry {
             }
             let mut finalizers = meta::finalizers(&obj);
             if !meta::is_deleting(&obj) {
-                match options.propagation_policy.as_deref() {
+                match options.propagation_policy.as_deref().or(resource.strategy.default_propagation()) {
                     Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
                         finalizers.push("foregroundDeletion".into())
                     }

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The cluster to manage.
@@ -20,6 +22,20 @@ pub struct Args {
     /// as `nest up` does for its own cluster.
     #[arg(long)]
     local_volumes: bool,
+    /// The CA certificate (PEM) with which approved CertificateSigningRequests for the kubernetes.io signers are
+    /// signed; without it and --cluster-signing-key-file no request is signed.
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<PathBuf>,
+    /// The CA's private key (PEM).
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<PathBuf>,
+    /// The longest life of a signed certificate (a Go duration; a request's expirationSeconds may ask for less).
+    #[arg(long, value_name = "DURATION", default_value = "8760h", value_parser = signing_duration)]
+    cluster_signing_duration: std::time::Duration,
+}
+
+fn signing_duration(text: &str) -> Result<std::time::Duration, String> {
+    nest_pki::parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 8760h or 90m"))
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -27,6 +43,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let identity = args.identity.unwrap_or_else(default_identity);
     let (namespace, name) = nest_controllers::LEASE;
     eprintln!("nest controller-manager: {identity} waiting for the lease {namespace}/{name}");
+    let signing = match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => {
+            let read =
+                |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
+            let ca = nest_pki::Ca(nest_pki::Pair { cert: read(cert)?, key: read(key)? });
+            Some(nest_controllers::certificates::Signing { ca, duration: args.cluster_signing_duration })
+        }
+        _ => None,
+    };
     let leading = identity.clone();
     let options = nest_controllers::Options {
         identity,
@@ -35,6 +60,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         on_leading: Box::new(move || eprintln!("nest controller-manager: {leading} is leading")),
         node_grace: std::time::Duration::from_secs(args.node_monitor_grace_period_seconds),
         local_volumes: args.local_volumes,
+        signing,
     };
     nest_controllers::run(client, options, super::shutdown_signal()).await?;
     eprintln!("nest controller-manager: stopped");

@@ -191,6 +191,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         on_leading: Box::new(|| {}),
         node_grace: std::time::Duration::from_secs(40),
         local_volumes: true,
+        signing: Some(nest_controllers::certificates::Signing {
+            ca: nest_apiserver::certs::cluster_ca(&args.data_dir.join("pki"))?,
+            duration: nest_pki::LEAF_VALIDITY,
+        }),
     };
     let controllers = tokio::spawn(nest_controllers::run(controllers_client, options, until_stopped(stopped.clone())));
     tokio::spawn(nest_scheduler::run(scheduler_client));
