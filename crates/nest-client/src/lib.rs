@@ -1,10 +1,12 @@
 //! What every nest component does with a Kubernetes client, written once: [`connect`] from a kubeconfig, keep a
 //! [`cache`] of what a watch reports, and read a request's outcome by what it means for a controller
-//! ([`done_unless_gone_or_changed`], [`done_unless_refused`]).
+//! ([`done_unless_gone_or_changed`], [`done_unless_refused`]); record [`events`] as client-go's recorder does.
 //! No component links another for these.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod events;
 
 use std::path::Path;
 

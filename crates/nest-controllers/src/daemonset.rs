@@ -24,7 +24,7 @@ pub const GENERATION_LABEL: &str = "pod-template-generation";
 /// Runs the controller until `client`'s server goes away for good. DaemonSets are looked at again every few seconds,
 /// which is how new nodes are noticed.
 pub async fn run(client: Client) {
-    crate::run_owning::<DaemonSet, Pod, _, _>(client, reconcile, "daemonset").await;
+    crate::run_owning::<DaemonSet, Pod, _, _>(client, reconcile, "daemonset-controller").await;
 }
 
 /// The tolerations kube-controller-manager adds to every daemon pod.
@@ -112,7 +112,9 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
         }
     }
     for pod in &deletions {
-        nest_client::done_unless_refused(pods_api.delete(pod, &DeleteParams::background()).await)?;
+        if nest_client::done_unless_refused(pods_api.delete(pod, &DeleteParams::background()).await)? {
+            context.events.about(&*set, "Normal", "SuccessfulDelete", format!("Deleted pod: {pod}"));
+        }
     }
 
     let template = spec.template.clone();
@@ -125,7 +127,17 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
         pod_spec.tolerations = Some(tolerations);
         let pod =
             crate::pod_from_template(&*set, &template, &[(GENERATION_LABEL, generation.as_str())], Some(pod_spec));
-        pods_api.create(&PostParams::default(), &pod).await?;
+        match pods_api.create(&PostParams::default(), &pod).await {
+            Ok(pod) => {
+                context.events.about(&*set, "Normal", "SuccessfulCreate", format!("Created pod: {}", pod.name_any()))
+            }
+            Err(kube::Error::Api(status)) => {
+                let message = format!("Error creating: {}", status.message);
+                context.events.about(&*set, "Warning", "FailedCreate", message);
+                return Err(kube::Error::Api(status));
+            }
+            Err(error) => return Err(error),
+        }
     }
 
     let scheduled = wanted_names.iter().filter(|n| by_node.contains_key(*n)).count();

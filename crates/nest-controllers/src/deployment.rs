@@ -25,7 +25,7 @@ pub const REVISION: &str = "deployment.kubernetes.io/revision";
 
 /// Runs the controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    crate::run_owning::<Deployment, ReplicaSet, _, _>(client, reconcile, "deployment").await;
+    crate::run_owning::<Deployment, ReplicaSet, _, _>(client, reconcile, COMPONENT).await;
 }
 
 /// The hash of a pod template: FNV-1a (64 bits) of its JSON without zero values (whose keys serde_json keeps
@@ -161,14 +161,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
             Ok(created) => {
                 if initial > 0 {
                     let message = format!("Scaled up replica set {new_name} from 0 to {initial}");
-                    crate::events::record(
-                        &context.client,
-                        &*deployment,
-                        COMPONENT,
-                        "Normal",
-                        "ScalingReplicaSet",
-                        message,
-                    );
+                    context.events.about(&*deployment, "Normal", "ScalingReplicaSet", message);
                 }
                 sets.push(created)
             }
@@ -241,7 +234,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
             let from = sets.iter().find(|s| s.name_any() == set).map_or(0, replicas_of);
             let direction = if replicas > from { "up" } else { "down" };
             let message = format!("Scaled {direction} replica set {set} from {from} to {replicas}");
-            crate::events::record(&context.client, &*deployment, COMPONENT, "Normal", "ScalingReplicaSet", message);
+            context.events.about(&*deployment, "Normal", "ScalingReplicaSet", message);
             let patch = json!({"spec": {"replicas": replicas}});
             nest_client::done_unless_refused(
                 sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await,

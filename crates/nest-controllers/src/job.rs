@@ -16,7 +16,7 @@ use crate::replicaset::{controller_of, is_active, is_ready};
 
 /// Runs the controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    crate::run_owning::<Job, Pod, _, _>(client, reconcile, "job").await;
+    crate::run_owning::<Job, Pod, _, _>(client, reconcile, "job-controller").await;
 }
 
 fn finished(job: &Job) -> bool {
@@ -117,13 +117,16 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         let post = PostParams::default();
         let creations = (active.len()..wanted_active).map(|_| pods_api.create(&post, &pod));
         for created in futures_util::future::join_all(creations).await {
-            created?;
+            let created = created?;
+            context.events.about(&*job, "Normal", "SuccessfulCreate", format!("Created pod: {}", created.name_any()));
         }
     } else if active.len() > wanted_active {
         active.sort_by_key(|p| is_ready(p));
         let delete = DeleteParams::background();
         for pod in &active[..active.len() - wanted_active] {
-            nest_client::done_unless_refused(pods_api.delete(&pod.name_any(), &delete).await)?;
+            if nest_client::done_unless_refused(pods_api.delete(&pod.name_any(), &delete).await)? {
+                context.events.about(&*job, "Normal", "SuccessfulDelete", format!("Deleted pod: {}", pod.name_any()));
+            }
         }
         active.truncate(wanted_active);
     }
@@ -137,7 +140,7 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
     if !conditions.is_empty() {
         status["conditions"] = json!(conditions);
     }
-    if let Some(at) = completion_time {
+    if let Some(at) = &completion_time {
         status["completionTime"] = json!(at);
     }
     let previous = job.status.clone().unwrap_or_default();
@@ -149,9 +152,16 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         && previous.start_time.is_some();
     if !unchanged {
         let jobs: Api<Job> = Api::namespaced(context.client.clone(), &namespace);
-        nest_client::done_unless_refused(
+        let written = nest_client::done_unless_refused(
             jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await,
         )?;
+        // The Job's end, told once (the Job is not looked at again once finished).
+        if written && completion_time.is_some() {
+            context.events.about(&*job, "Normal", "Completed", "Job completed");
+        } else if written && !conditions.is_empty() {
+            let message = "Job has reached the specified backoff limit";
+            context.events.about(&*job, "Warning", "BackoffLimitExceeded", message);
+        }
     }
     Ok(if holding { Action::requeue(wait) } else { Action::await_change() })
 }

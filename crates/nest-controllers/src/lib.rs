@@ -16,6 +16,7 @@
 //! - [`daemonset`]: one pod per eligible node for every DaemonSet;
 //! - [`statefulset`]: pods with stable names and their own volume claims for every StatefulSet;
 //! - [`podgc`]: removes pods whose node is gone;
+//! - [`protection`]: lets a claim or volume being deleted go once nothing uses it (pvc- and pv-protection);
 //! - [`certificates`]: signs approved CertificateSigningRequests for the standard signers, when given the CA.
 
 use std::future::Future;
@@ -26,13 +27,13 @@ pub mod certificates;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
-pub mod events;
 pub mod garbage;
 pub mod job;
 pub mod leader;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod podgc;
+pub mod protection;
 pub mod replicaset;
 pub mod serviceaccount;
 pub mod statefulset;
@@ -75,13 +76,15 @@ pub(crate) fn controller_reference<K: kube::Resource<DynamicType = ()>>(
     k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference { block_owner_deletion: Some(true), ..reference }
 }
 
-/// What every reconcile gets.
+/// What every reconcile gets: the client, and the controller's event recorder.
 pub(crate) struct Context {
     pub client: Client,
+    pub events: nest_client::events::Recorder,
 }
 
 /// Runs `reconcile` for every object of kind `K`, and again whenever an object of kind `Child` that it controls
-/// changes, until the watches end. A failed reconcile is logged and retried a second later.
+/// changes, until the watches end. A failed reconcile is logged and retried a second later. `controller` is the
+/// component its Events come from (`replicaset-controller`).
 pub(crate) async fn run_owning<K, Child, F, Fut>(client: Client, reconcile: F, controller: &'static str)
 where
     K: kube::Resource<DynamicType = ()>
@@ -108,7 +111,14 @@ where
     };
     let results = kube::runtime::Controller::new(kube::Api::<K>::all(client.clone()), watcher::Config::default())
         .owns(kube::Api::<Child>::all(client.clone()), watcher::Config::default())
-        .run(reconcile, error_policy, std::sync::Arc::new(Context { client }));
+        .run(
+            reconcile,
+            error_policy,
+            std::sync::Arc::new(Context {
+                events: nest_client::events::Recorder::new(client.clone(), controller, None),
+                client,
+            }),
+        );
     drive(results, controller).await;
 }
 
@@ -182,6 +192,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             statefulset::run(client.clone()),
             podgc::run(client.clone()),
             volumes::run(client.clone(), local_volumes),
+            protection::run(client.clone()),
             async {
                 if let Some(signing) = signing {
                     certificates::run(client.clone(), signing).await;

@@ -21,13 +21,17 @@ use serde_json::json;
 const BURST: usize = 500;
 /// Runs the ReplicaSet controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    crate::run_owning::<ReplicaSet, Pod, _, _>(client, reconcile::<ReplicaSet>, "replicaset").await;
+    crate::run_owning::<ReplicaSet, Pod, _, _>(client, reconcile::<ReplicaSet>, ReplicaSet::COMPONENT).await;
 }
 
 /// Runs the ReplicationController controller until `client`'s server goes away for good.
 pub async fn run_replication(client: Client) {
-    crate::run_owning::<ReplicationController, Pod, _, _>(client, reconcile::<ReplicationController>, "replication")
-        .await;
+    crate::run_owning::<ReplicationController, Pod, _, _>(
+        client,
+        reconcile::<ReplicationController>,
+        ReplicationController::COMPONENT,
+    )
+    .await;
 }
 
 /// What the controller reads of a set: a ReplicaSet, or a ReplicationController (its selector a map of labels).
@@ -180,7 +184,7 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
         for created in futures_util::future::join_all(creations).await {
             let created = created?;
             let message = format!("Created pod: {}", created.name_any());
-            crate::events::record(&context.client, &*set, K::COMPONENT, "Normal", "SuccessfulCreate", message);
+            context.events.about(&*set, "Normal", "SuccessfulCreate", message);
             active.push(created);
         }
     } else if active.len() > wanted {
@@ -191,7 +195,7 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
         for (pod, deleted) in surplus.iter().zip(futures_util::future::join_all(deletions).await) {
             if nest_client::done_unless_gone_or_changed(deleted)? {
                 let message = format!("Deleted pod: {}", pod.name_any());
-                crate::events::record(&context.client, &*set, K::COMPONENT, "Normal", "SuccessfulDelete", message);
+                context.events.about(&*set, "Normal", "SuccessfulDelete", message);
             }
         }
     }

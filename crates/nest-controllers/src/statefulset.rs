@@ -37,7 +37,7 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
 /// Runs the controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
-    crate::run_owning::<StatefulSet, Pod, _, _>(client, reconcile, "statefulset").await;
+    crate::run_owning::<StatefulSet, Pod, _, _>(client, reconcile, "statefulset-controller").await;
 }
 
 /// The set's templates by revision name, and which revisions are current and wanted.
@@ -180,14 +180,27 @@ fn claims(set: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim> {
 }
 
 /// Creates the claims pod `ordinal` needs that do not exist yet.
-async fn ensure_claims(set: &StatefulSet, ordinal: i32, client: &Client) -> Result<(), kube::Error> {
+async fn ensure_claims(
+    set: &StatefulSet,
+    ordinal: i32,
+    client: &Client,
+    events: &nest_client::events::Recorder,
+) -> Result<(), kube::Error> {
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &set.namespace().unwrap_or_default());
     for claim in claims(set, ordinal) {
         if api.get_opt(&claim.name_any()).await?.is_some() {
             continue;
         }
         match api.create(&PostParams::default(), &claim).await {
-            Ok(_) => {}
+            Ok(_) => {
+                let message = format!(
+                    "create Claim {} Pod {}-{ordinal} in StatefulSet {} success",
+                    claim.name_any(),
+                    set.name_any(),
+                    set.name_any()
+                );
+                events.about(set, "Normal", "SuccessfulCreate", message);
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(error) => return Err(error),
         }
@@ -238,6 +251,7 @@ struct Pass<'a> {
     set: &'a StatefulSet,
     spec: StatefulSetSpec,
     client: &'a Client,
+    events: &'a nest_client::events::Recorder,
     pods: Api<Pod>,
     revisions: Revisions,
 }
@@ -255,11 +269,14 @@ impl Pass<'_> {
     }
 
     async fn create(&self, ordinal: i32, start: i32) -> Result<(), kube::Error> {
-        ensure_claims(self.set, ordinal, self.client).await?;
+        ensure_claims(self.set, ordinal, self.client, self.events).await?;
         let revision = self.revision_for(ordinal, start).to_string();
         let template = self.revisions.templates.get(&revision).unwrap_or(&self.spec.template);
         match self.pods.create(&PostParams::default(), &new_pod(self.set, ordinal, &revision, template)).await {
-            Ok(_) => Ok(()),
+            Ok(pod) => {
+                self.told("create", &pod, None);
+                Ok(())
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
             Err(error) => Err(error),
         }
@@ -267,8 +284,34 @@ impl Pass<'_> {
 
     async fn delete(&self, pod: &Pod) -> Result<(), kube::Error> {
         match self.pods.delete(&pod.name_any(), &DeleteParams::default()).await {
-            Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
+            Ok(_) => {
+                self.told("delete", pod, None);
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) => {
+                if status.code != 404 {
+                    self.told("delete", pod, Some(&status.message));
+                }
+                Ok(())
+            }
             Err(error) => Err(error),
+        }
+    }
+
+    /// The Event of a pod created or deleted (`recordPodEvent`): `Successful<Verb>` or, with an error,
+    /// `Failed<Verb>`, in upstream's words.
+    fn told(&self, verb: &str, pod: &Pod, error: Option<&str>) {
+        let set = self.set.name_any();
+        let (pod, title) = (pod.name_any(), format!("{}{}", &verb[..1].to_uppercase(), &verb[1..]));
+        match error {
+            None => {
+                let message = format!("{verb} Pod {pod} in StatefulSet {set} successful");
+                self.events.about(self.set, "Normal", &format!("Successful{title}"), message);
+            }
+            Some(error) => {
+                let message = format!("{verb} Pod {pod} in StatefulSet {set} failed error: {error}");
+                self.events.about(self.set, "Warning", &format!("Failed{title}"), message);
+            }
         }
     }
 
@@ -302,7 +345,7 @@ impl Pass<'_> {
                 // Finished pods are replaced; the new one comes on the next pass, once this one is gone.
                 Some(pod) if finished(pod) && pod.metadata.deletion_timestamp.is_none() => self.delete(pod).await?,
                 Some(pod) if running_and_ready(pod) && pod.metadata.deletion_timestamp.is_none() => {
-                    ensure_claims(self.set, ordinal, self.client).await?;
+                    ensure_claims(self.set, ordinal, self.client, self.events).await?;
                     continue;
                 }
                 Some(_) => {}
@@ -393,7 +436,7 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
         current_revision = revisions.update.clone();
         current = updated;
     }
-    let pass = Pass { set: &set, spec: spec.clone(), client, pods, revisions };
+    let pass = Pass { set: &set, spec: spec.clone(), client, events: &context.events, pods, revisions };
     pass.step(&by_ordinal, &condemned).await?;
 
     let status = json!({

@@ -2,7 +2,7 @@
 //! (`spec.volumeName`) is bound to it once that volume is free or already points back at the claim; with local
 //! volumes on (`nest up`'s management cluster), a claim with no storage class gets a volume of its own at once,
 //! provisioned by [`PROVISIONER`] as `pvc-<claim uid>` and bound to it; a provisioned volume whose claim is gone is
-//! deleted (its reclaim policy is `Delete`). Binding sets the volume's `claimRef` and phase `Bound`, then the
+//! Released and deleted (its reclaim policy is `Delete`); another volume whose claim is gone is Released. Binding sets the volume's `claimRef` and phase `Bound`, then the
 //! claim's `volumeName` and its status (`Bound`, access modes, capacity), as upstream does.
 //!
 //! Nodes run a pod only once each of its claims is Bound (`nest-node`), so a claim name that is not a Bound claim of
@@ -33,6 +33,7 @@ struct Context {
 /// storage class.
 pub async fn run(client: Client, local: bool) {
     let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
+    let claims_again = claims.clone();
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let context = Arc::new(Context { client: client.clone(), local });
     let binder = Controller::new(claims, watcher::Config::default())
@@ -41,14 +42,19 @@ pub async fn run(client: Client, local: bool) {
             Some(ObjectRef::new(claim.name.as_deref()?).within(claim.namespace.as_deref()?))
         })
         .run(reconcile_claim, error_policy, context.clone());
-    let reclaimer = Controller::new(volumes, watcher::Config::default()).run(
-        reconcile_volume,
-        |_, error, _| {
-            tracing::debug!(%error, "reclaiming a volume");
-            Action::requeue(Duration::from_secs(2))
-        },
-        context,
-    );
+    // A claim that goes frees its volume at once, not at the next look.
+    let reclaimer = Controller::new(volumes, watcher::Config::default())
+        .watches(claims_again, watcher::Config::default(), |claim| {
+            Some(ObjectRef::new(claim.spec.as_ref()?.volume_name.as_deref()?))
+        })
+        .run(
+            reconcile_volume,
+            |_, error, _| {
+                tracing::debug!(%error, "reclaiming a volume");
+                Action::requeue(Duration::from_secs(2))
+            },
+            context,
+        );
     tokio::join!(
         crate::drive(binder, "persistentvolume-binder"),
         crate::drive(reclaimer, "persistentvolume-reclaimer")
@@ -164,19 +170,27 @@ async fn reconcile_volume(volume: Arc<PersistentVolume>, context: Arc<Context>) 
     let Some(reference) = volume.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
         return Ok(Action::await_change());
     };
-    if !ours || volume.metadata.deletion_timestamp.is_some() {
+    if volume.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let claims: Api<PersistentVolumeClaim> =
         Api::namespaced(context.client.clone(), reference.namespace.as_deref().unwrap_or_default());
     let claim = claims.get_opt(reference.name.as_deref().unwrap_or_default()).await?;
     let gone = claim.is_none_or(|c| reference.uid.is_some() && c.uid() != reference.uid);
-    if gone {
-        let volumes: Api<PersistentVolume> = Api::all(context.client.clone());
-        nest_client::done_unless_gone_or_changed(volumes.delete(&volume.name_any(), &Default::default()).await)?;
-        return Ok(Action::await_change());
+    if !gone {
+        return Ok(Action::requeue(Duration::from_secs(60)));
     }
-    Ok(Action::requeue(Duration::from_secs(60)))
+    // Its claim is gone: Released (so that pv-protection lets it go), then deleted if it is one of ours.
+    let volumes: Api<PersistentVolume> = Api::all(context.client.clone());
+    if volume.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Released") {
+        let patch = json!({"status": {"phase": "Released"}});
+        let released = volumes.patch_status(&volume.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+        nest_client::done_unless_gone_or_changed(released)?;
+    }
+    if ours {
+        nest_client::done_unless_gone_or_changed(volumes.delete(&volume.name_any(), &Default::default()).await)?;
+    }
+    Ok(Action::await_change())
 }
 
 #[cfg(test)]

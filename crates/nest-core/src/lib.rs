@@ -3,6 +3,7 @@
 //!
 //! - [`base64`]: standard base64, as Kubernetes encodes Secret data and kubeconfigs carry certificates;
 //! - [`clock`]: now, as Kubernetes writes timestamps (RFC 3339, whole seconds, UTC);
+//! - [`events`]: what an event recorder writes: aggregated, counted or held back, as client-go's correlator decides;
 //! - [`quantity`]: resource quantities (`100m`, `1Gi`) as numbers;
 //! - [`patch`]: JSON Patch (RFC 6902) and JSON merge patch (RFC 7386), as kube-apiserver applies them;
 //! - [`pod_security`]: the lists the Pod Security Standards fix (baseline's capabilities);
@@ -13,6 +14,7 @@
 
 pub mod base64;
 pub mod clock;
+pub mod events;
 pub mod json;
 pub mod patch;
 pub mod pod_security;

@@ -1,11 +1,10 @@
 //! Events about pods, as the kubelet records them (`source.component: kubelet`, `source.host: <node>`), with the
 //! kubelet's reasons and messages: `Pulling`, `Pulled`, `Failed`, `BackOff`, `Created`, `Started`, `Killing`,
-//! `Unhealthy`. An Event the API server refuses is dropped: events explain, they never stop a pod.
+//! `Unhealthy`; counted, aggregated and held back as client-go's recorder does (nest-client's `events.rs`). An Event
+//! the API server refuses is dropped: events explain, they never stop a pod.
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Client;
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+pub use nest_client::events::Recorder;
 
 /// The pod (and, for a container's events, the container) an Event is about.
 #[derive(Clone, Debug)]
@@ -25,41 +24,17 @@ impl About {
     }
 }
 
-/// Records an Event from node `node`'s kubelet; `type_` is `Normal` or `Warning`.
-pub async fn record(
-    client: &Client,
-    node: &str,
-    about: &About,
-    type_: &str,
-    reason: &str,
-    message: &str,
-) -> Result<(), kube::Error> {
-    let now = Time(nest_core::clock::now());
-    let event = Event {
-        metadata: ObjectMeta { generate_name: Some(format!("{}.", about.name)), ..Default::default() },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(about.name.clone()),
-            namespace: Some(about.namespace.clone()),
-            uid: Some(about.uid.clone()),
-            field_path: about.field_path.clone(),
-            ..Default::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        type_: Some(type_.into()),
-        source: Some(EventSource { component: Some("kubelet".into()), host: Some(node.into()) }),
-        reporting_component: Some("kubelet".into()),
-        reporting_instance: Some(node.into()),
-        count: Some(1),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
+/// Records an Event about `about` from this node's kubelet (`recorder` is the node's: component `kubelet`, host the
+/// node's name); `type_` is `Normal` or `Warning`.
+pub fn record(recorder: &Recorder, about: &About, type_: &str, reason: &str, message: &str) {
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(about.name.clone()),
+        namespace: Some(about.namespace.clone()),
+        uid: Some(about.uid.clone()),
+        field_path: about.field_path.clone(),
         ..Default::default()
     };
-    let events: Api<Event> = Api::namespaced(client.clone(), &about.namespace);
-    match events.create(&PostParams::default(), &event).await {
-        Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
-        Err(error) => Err(error),
-    }
+    recorder.record(regarding, type_, reason, message);
 }

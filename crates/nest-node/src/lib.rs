@@ -144,6 +144,7 @@ impl Options {
 
 pub(crate) struct Context {
     client: Client,
+    events: events::Recorder,
     options: Options,
     addresses: Mutex<addresses::Pool>,
     runtime: Option<Arc<process::Runtime>>,
@@ -161,12 +162,13 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let pool = addresses::Pool::new(&options.pod_cidr)?;
+    let recorder = events::Recorder::new(client.clone(), "kubelet", Some(&options.name));
     let runtime = match options.mode {
         Mode::Simulated => None,
         Mode::Process | Mode::Both => {
             let network = network::Network::for_range(&options.name, &options.pod_cidr)?;
             network.prepare()?;
-            Some(Arc::new(process::Runtime::new(client.clone(), options.process.clone(), network)?))
+            Some(Arc::new(process::Runtime::new(client.clone(), recorder.clone(), options.process.clone(), network)?))
         }
     };
     let kubelet = match &options.kubelet {
@@ -183,6 +185,7 @@ pub async fn run(
     register(&client, &options, kubelet_port).await?;
     let context = Arc::new(Context {
         client: client.clone(),
+        events: recorder,
         options: options.clone(),
         addresses: Mutex::new(pool),
         runtime: runtime.clone(),
@@ -417,8 +420,8 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
         if waiting_reason(pod) != Some("ImagePullBackOff") {
             report_waiting(pod, context, &ip, json!({"waiting": {"reason": "ImagePullBackOff", "message": message}}))
                 .await?;
-            event(pod, context, "Normal", "BackOff", &message).await?;
-            event(pod, context, "Warning", "Failed", "Error: ImagePullBackOff").await?;
+            event(pod, context, "Normal", "BackOff", &message);
+            event(pod, context, "Warning", "Failed", "Error: ImagePullBackOff");
         }
         let left = backoff.until.saturating_duration_since(std::time::Instant::now());
         return Ok(Action::requeue(left + Duration::from_millis(100)));
@@ -444,30 +447,30 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
             if let process::PrepareError::Network(_) = &error
                 && waiting_message(pod) != Some(error.to_string().as_str())
             {
-                event(pod, context, "Warning", "FailedCreatePodSandBox", &error.to_string()).await?;
+                event(pod, context, "Warning", "FailedCreatePodSandBox", &error.to_string());
             }
             if let process::PrepareError::Mount { .. } = &error
                 && waiting_message(pod) != Some(error.to_string().as_str())
             {
-                event(pod, context, "Warning", "FailedMount", &error.to_string()).await?;
+                event(pod, context, "Warning", "FailedMount", &error.to_string());
             }
             // What the pod's spec asks and the node will not do (CreateContainerConfigError): the kubelet's
             // `Failed` Event, once for each new message.
             if let process::PrepareError::Config(_) = &error
                 && waiting_message(pod) != Some(error.to_string().as_str())
             {
-                event(pod, context, "Warning", "Failed", &format!("Error: {error}")).await?;
+                event(pod, context, "Warning", "Failed", &format!("Error: {error}"));
             }
             // The kubelet's two Events for a failed pull: what failed, and the container's new waiting reason. An
             // image a Never policy keeps from being pulled is told once, not at every look.
             if let process::PrepareError::Pull { image, message, reason } = &error {
                 if *reason != NEVER_PULL {
                     let failed = format!("Failed to pull image \"{image}\": {message}");
-                    event(pod, context, "Warning", "Failed", &failed).await?;
-                    event(pod, context, "Warning", "Failed", &format!("Error: {reason}")).await?;
+                    event(pod, context, "Warning", "Failed", &failed);
+                    event(pod, context, "Warning", "Failed", &format!("Error: {reason}"));
                 } else if waiting_message(pod) != Some(error.to_string().as_str()) {
-                    event(pod, context, "Warning", NEVER_PULL, message).await?;
-                    event(pod, context, "Warning", "Failed", &format!("Error: {reason}")).await?;
+                    event(pod, context, "Warning", NEVER_PULL, message);
+                    event(pod, context, "Warning", "Failed", &format!("Error: {reason}"));
                 }
             }
             Ok(Action::requeue(again))
@@ -520,7 +523,7 @@ async fn refuse(pod: &Pod, context: &Context, image: &str) -> Result<Action, kub
         context.options.name
     );
     report_waiting(pod, context, "", json!({"waiting": {"reason": REASON, "message": message}})).await?;
-    event(pod, context, "Warning", "Failed", &message).await?;
+    event(pod, context, "Warning", "Failed", &message);
     Ok(Action::await_change())
 }
 
@@ -537,8 +540,8 @@ fn waiting_reason(pod: &Pod) -> Option<&str> {
 }
 
 /// Records an Event about the pod from this node's kubelet.
-async fn event(pod: &Pod, context: &Context, type_: &str, reason: &str, message: &str) -> Result<(), kube::Error> {
-    events::record(&context.client, &context.options.name, &about(pod), type_, reason, message).await
+fn event(pod: &Pod, context: &Context, type_: &str, reason: &str, message: &str) {
+    events::record(&context.events, &about(pod), type_, reason, message);
 }
 
 /// The pod, as its Events name it.

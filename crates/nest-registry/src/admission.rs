@@ -105,14 +105,16 @@ pub struct Chain {
 }
 
 /// The admission plugins nest has, by kube-apiserver's names, in the order they run (upstream's recommended order).
-pub const PLUGINS: [&str; 8] = [
+pub const PLUGINS: [&str; 10] = [
     "NamespaceLifecycle",
     "LimitRanger",
     "ServiceAccount",
     "NodeRestriction",
     "PodSecurity",
     "Priority",
+    "DefaultTolerationSeconds",
     "DefaultStorageClass",
+    "StorageObjectInUseProtection",
     "ResourceQuota",
 ];
 
@@ -172,15 +174,18 @@ impl Chain {
     /// validating.
     pub fn of(plugins: &Plugins, config: crate::kinds::pod_security::Config) -> Chain {
         use crate::kinds::{
-            limit_range, namespace, node_restriction, pod_security, priority, resource_quota, service_account,
-            storage_class,
+            default_toleration_seconds, limit_range, namespace, node_restriction, pod_security, priority,
+            resource_quota, service_account, storage_class, storage_protection,
         };
         let mut chain = Chain::default();
-        let mutating: [(&str, Arc<dyn Mutating>); 4] = [
+        // In upstream's order (AllOrderedPlugins).
+        let mutating: [(&str, Arc<dyn Mutating>); 6] = [
             ("LimitRanger", Arc::new(limit_range::LimitRanger)),
             ("ServiceAccount", Arc::new(service_account::ServiceAccount)),
             ("Priority", Arc::new(priority::Priority)),
+            ("DefaultTolerationSeconds", Arc::new(default_toleration_seconds::DefaultTolerationSeconds)),
             ("DefaultStorageClass", Arc::new(storage_class::DefaultStorageClass)),
+            ("StorageObjectInUseProtection", Arc::new(storage_protection::StorageObjectInUseProtection)),
         ];
         chain.mutating = mutating.into_iter().filter(|(name, _)| plugins.runs(name)).map(|(_, p)| p).collect();
         // Not a plugin one may turn off: upstream's CSR strategy records the requester.
@@ -245,8 +250,8 @@ mod tests {
             "ServiceAccount in enable-admission-plugins and disable-admission-plugins overlapped"
         );
         let chain = Chain::of(&off, Default::default());
-        // Three switched mutating plugins and the CSR requester, which is not a plugin one turns off.
-        assert_eq!((chain.mutating.len(), chain.validating.len()), (4, 5));
-        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (5, 6));
+        // Five switched mutating plugins and the CSR requester, which is not a plugin one turns off.
+        assert_eq!((chain.mutating.len(), chain.validating.len()), (6, 5));
+        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (7, 6));
     }
 }

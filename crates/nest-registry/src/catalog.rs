@@ -31,6 +31,10 @@ pub struct ResourceInfo {
     /// status struct that is not a pointer even when nothing set it (a Service's `{"loadBalancer":{}}`, a
     /// Deployment's `{}`, a DaemonSet's counters at 0).
     pub created_status: Option<&'static str>,
+    /// Whether objects have a `metadata.generation` (1 when created, one more with each change of anything but
+    /// metadata and status), as the kinds whose upstream strategy sets `Generation = 1` and every custom resource;
+    /// a ConfigMap, a Service or a Role has none.
+    pub generation: bool,
     /// Defined by a CustomResourceDefinition rather than built in.
     pub custom: bool,
     /// A custom resource's structural schema (`openAPIV3Schema`), if its CRD gives one.
@@ -149,6 +153,8 @@ pub(crate) struct Builtin {
     pub stored_as: Option<StoredAs>,
     pub subresources: &'static [SubresourceInfo],
     pub created_status: Option<&'static str>,
+    /// Whether the kind's objects count changes to their spec in `metadata.generation`.
+    pub generation: bool,
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -175,6 +181,7 @@ pub fn builtins() -> Vec<Arc<ResourceInfo>> {
                 stored_as: b.stored_as,
                 subresources: b.subresources,
                 created_status: b.created_status,
+                generation: b.generation,
                 custom: false,
                 schema: None,
                 printer_columns: Vec::new(),
@@ -230,6 +237,7 @@ pub fn from_crd(crd: &serde_json::Value) -> Vec<Arc<ResourceInfo>> {
                 stored_as: None,
                 subresources: &[],
                 created_status: None,
+                generation: true,
                 custom: true,
                 schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
                 printer_columns: v["additionalPrinterColumns"]

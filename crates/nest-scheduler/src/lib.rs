@@ -22,6 +22,7 @@ pub const SCHEDULER_NAME: &str = "default-scheduler";
 
 struct Context {
     client: Client,
+    events: nest_client::events::Recorder,
     nodes: Store<Node>,
     pods: Store<Pod>,
     /// Pods bound by this scheduler that the pod store may not show bound yet (kube-scheduler's "assumed" pods):
@@ -65,8 +66,14 @@ pub async fn run(client: Client) {
     let (nodes, node_feed) = nest_client::cache(Api::<Node>::all(client.clone()), Default::default());
     let (pods, pod_feed) = nest_client::cache(Api::<Pod>::all(client.clone()), Default::default());
     let pending = watcher::Config::default().fields("spec.nodeName=");
-    let context =
-        Arc::new(Context { client: client.clone(), nodes, pods, assumed: Mutex::default(), cycle: Default::default() });
+    let context = Arc::new(Context {
+        client: client.clone(),
+        events: nest_client::events::Recorder::new(client.clone(), SCHEDULER_NAME, None),
+        nodes,
+        pods,
+        assumed: Mutex::default(),
+        cycle: Default::default(),
+    });
     let scheduling = Controller::new(Api::<Pod>::all(client), pending).run(reconcile, error_policy, context).for_each(
         |result| async move {
             if let Err(error) = result {
@@ -107,9 +114,7 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, kube:
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
                     let message = format!("Successfully assigned {namespace}/{name} to {node}");
                     context.assumed.lock().unwrap_or_else(|p| p.into_inner()).insert(uid, node);
-                    // As kube-scheduler does; outside the scheduling cycle.
-                    let (client, pod) = (context.client.clone(), pod.clone());
-                    tokio::spawn(async move { record_event(&client, &pod, "Scheduled", "Normal", &message).await });
+                    context.events.about(&*pod, "Normal", "Scheduled", message);
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
                 Err(error) => return Err(error),
@@ -130,30 +135,10 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, kube:
                     Ok(_) | Err(kube::Error::Api(_)) => {}
                     Err(error) => return Err(error),
                 }
-                record_event(&context.client, &pod, "FailedScheduling", "Warning", &message).await;
+                context.events.about(&*pod, "Warning", "FailedScheduling", message);
             }
             Ok(Action::requeue(Duration::from_secs(2)))
         }
-    }
-}
-
-async fn record_event(client: &Client, pod: &Pod, reason: &str, type_: &str, message: &str) {
-    let namespace = pod.namespace().unwrap_or_default();
-    let now = rfc3339_now();
-    let event = json!({
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": format!("{}.", pod.name_any()), "namespace": namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name_any(), "namespace": namespace,
-                           "uid": pod.uid()},
-        "reason": reason, "message": message, "type": type_,
-        "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-    });
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &namespace);
-    if let Ok(event) = serde_json::from_value(event)
-        && let Err(error) = events.create(&PostParams::default(), &event).await
-    {
-        tracing::debug!(%error, "recording a scheduling event");
     }
 }
 

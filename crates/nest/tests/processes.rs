@@ -318,6 +318,20 @@ fn crashing_containers_back_off_and_probes_restart_or_unready_them() {
             && described.contains("Started container main")
             && described.contains("Back-off restarting failed container main in pod crasher_default(")
     });
+    // Counted as the kubelet's recorder counts them: one Event per thing that happened, its count going up with each
+    // restart, not an Event per restart.
+    eventually(60, "crasher's Started event counted twice or more", || {
+        let events = server.json(&["get", "events", "--field-selector", "involvedObject.name=crasher"]);
+        let items = events["items"].as_array().cloned().unwrap_or_default();
+        let started: Vec<&Value> = items.iter().filter(|e| e["reason"] == "Started").collect();
+        started.len() == 1 && started[0]["count"].as_i64().unwrap_or(0) >= 2
+    });
+    let events = server.json(&["get", "events", "--field-selector", "involvedObject.name=crasher"]);
+    let started = events["items"].as_array().unwrap().iter().find(|e| e["reason"] == "Started").unwrap().clone();
+    assert_eq!(started["source"]["component"], "kubelet", "{started}");
+    assert!(started["source"]["host"].as_str().is_some_and(|h| !h.is_empty()), "{started}");
+    assert!(started["lastTimestamp"].as_str() >= started["firstTimestamp"].as_str(), "{started}");
+    assert!(started["metadata"]["name"].as_str().unwrap().starts_with("crasher."), "{started}");
 
     // restartPolicy Never and exit code 0: Succeeded, not restarted.
     eventually(30, "once Succeeded", || pod(server, "once")["status"]["phase"] == "Succeeded");

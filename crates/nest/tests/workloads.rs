@@ -30,6 +30,24 @@ fn cluster(storage: &common::Storage, node_args: &[&str]) -> (Server, [Component
     (server, [controllers, scheduler, nodes])
 }
 
+/// The Events about `kind` `name`: (type, reason, message).
+fn events_of(server: &Server, kind: &str, name: &str) -> Vec<(String, String, String)> {
+    let selector = format!("involvedObject.kind={kind},involvedObject.name={name}");
+    let events = server.json(&["get", "events", "--field-selector", &selector]);
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| (text(&e["type"]), text(&e["reason"]), text(&e["message"])))
+        .collect()
+}
+
+/// Whether `events` holds one of `type_` and `reason` whose message starts with `message`.
+fn told(events: &[(String, String, String)], type_: &str, reason: &str, message: &str) -> bool {
+    events.iter().any(|(t, r, m)| t == type_ && r == reason && m.starts_with(message))
+}
+
 /// Whether a pod's Ready condition is true.
 fn pod_ready(pod: &Value) -> bool {
     pod["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
@@ -345,6 +363,14 @@ fn jobs_complete_within_their_parallelism_or_fail_past_their_backoff_limit() {
     made.sort();
     assert_eq!(made.len(), 2);
     assert!(made[1] - made[0] >= 9, "the replacement pod came {} s after the first", made[1] - made[0]);
+
+    // The Job controller's Events, in its words.
+    eventually(10, "the Jobs' events", || {
+        let (batch, doomed) = (events_of(&server, "Job", "batch"), events_of(&server, "Job", "doomed"));
+        batch.iter().filter(|(_, r, m)| r == "SuccessfulCreate" && m.starts_with("Created pod: batch-")).count() == 3
+            && told(&batch, "Normal", "Completed", "Job completed")
+            && told(&doomed, "Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    });
 }
 
 #[test]
@@ -419,6 +445,12 @@ fn a_daemon_set_puts_one_pod_on_each_node() {
         items.len() == 3
             && items.iter().all(|p| p["spec"]["containers"][0]["image"] == "agent:2")
             && placement() == expected
+    });
+    eventually(10, "the DaemonSet's events", || {
+        let events = events_of(&server, "DaemonSet", "agent");
+        events.iter().filter(|(_, r, m)| r == "SuccessfulCreate" && m.starts_with("Created pod: agent-")).count() == 6
+            && events.iter().filter(|(_, r, m)| r == "SuccessfulDelete" && m.starts_with("Deleted pod: agent-")).count()
+                == 3
     });
 }
 
@@ -553,6 +585,19 @@ fn a_stateful_set_creates_removes_and_updates_its_pods_in_ordinal_order() {
     assert_eq!(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "data-db-1");
     let claims = server.ok(&["get", "pvc", "-l", "app=db", "-o", "jsonpath={.items[*].metadata.name}"]);
     assert_eq!(claims, "data-db-0 data-db-1 data-db-2");
+    // The StatefulSet controller's Events (recordPodEvent and the claim's), in its words.
+    eventually(10, "the StatefulSet's events", || {
+        let events = events_of(&server, "StatefulSet", "db");
+        (0..3).all(|k| {
+            told(&events, "Normal", "SuccessfulCreate", &format!("create Pod db-{k} in StatefulSet db successful"))
+                && told(
+                    &events,
+                    "Normal",
+                    "SuccessfulCreate",
+                    &format!("create Claim data-db-{k} Pod db-{k} in StatefulSet db success"),
+                )
+        })
+    });
 
     // A partitioned rolling update touches only the ordinals at or above the partition.
     let patch = r#"{"spec":{"updateStrategy":{"rollingUpdate":{"partition":2}},"template":{"spec":{"containers":[{"name":"db","image":"postgres:17"}]}}}}"#;
@@ -785,4 +830,36 @@ fn replication_controllers_keep_their_pods_and_orphan_them_by_default() {
         std::thread::sleep(std::time::Duration::from_secs(2));
         assert!(running(&server, 2), "{backend}: {:?}", pods(&server));
     }
+}
+
+/// StorageObjectInUseProtection and the pvc- and pv-protection controllers: a claim a pod uses outlives its deletion
+/// until the pod is gone, and its volume goes once Released.
+#[test]
+fn a_claim_in_use_is_kept_until_its_pod_is_gone() {
+    let (_, storage) = backends().remove(0);
+    let (server, _cluster) = cluster(&storage, &[]);
+    server.apply_manifest(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: default}\n\
+         spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: user, namespace: default}\n\
+         spec: {containers: [{name: c, image: nginx}], volumes: [{name: d, persistentVolumeClaim: {claimName: data}}]}\n",
+    );
+    let claim = server.json(&["get", "pvc", "data"]);
+    assert_eq!(claim["metadata"]["finalizers"], json!(["kubernetes.io/pvc-protection"]), "{claim}");
+    eventually(30, "the claim Bound to a local volume", || {
+        server.json(&["get", "pvc", "data"])["status"]["phase"] == "Bound"
+    });
+    let volume = server.json(&["get", "pvc", "data"])["spec"]["volumeName"].as_str().unwrap().to_string();
+    assert_eq!(server.json(&["get", "pv", &volume])["metadata"]["finalizers"], json!(["kubernetes.io/pv-protection"]));
+
+    server.ok(&["delete", "pvc", "data", "--wait=false"]);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let claim = server.json(&["get", "pvc", "data"]);
+    assert!(claim["metadata"]["deletionTimestamp"].is_string(), "the pod still uses it: {claim}");
+    let table = server.ok(&["get", "pvc", "data", "--no-headers"]);
+    assert!(table.contains("Terminating"), "{table}");
+
+    server.ok(&["delete", "pod", "user", "--grace-period=0", "--force"]);
+    eventually(30, "the claim gone", || !server.kubectl(&["get", "pvc", "data"]).status.success());
+    eventually(30, "its volume gone", || !server.kubectl(&["get", "pv", &volume]).status.success());
 }

@@ -1,6 +1,6 @@
 //! Table output (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`), what `kubectl get` prints: the columns
 //! kube-apiserver's printers (`pkg/printers/internalversion`, 1.33) give each built-in kind — one file per API group
-//! under [`printers`], each kind a [`Printer`] — a custom resource's `additionalPrinterColumns`, and NAME and AGE for
+//! under `printers/`, each kind a `Printer` — a custom resource's `additionalPrinterColumns`, and NAME and AGE for
 //! everything else. As kube-apiserver's, every table carries the `-o wide` columns (priority 1), which kubectl hides
 //! unless asked.
 //!

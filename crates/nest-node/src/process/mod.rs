@@ -73,6 +73,7 @@ pub struct PullBackOff {
 /// The pods this node runs as processes.
 pub struct Runtime {
     client: Client,
+    events: crate::events::Recorder,
     config: Config,
     sandboxes: sandbox::Sandboxes,
     /// Pods started by this node and not yet removed, by UID.
@@ -103,7 +104,12 @@ impl Runtime {
     /// saying what to install, when the OCI runtime cannot run.
     ///
     /// A relative `data_dir` is made absolute first: the paths of volumes handed to the OCI runtime are beneath it.
-    pub fn new(client: Client, mut config: Config, network: crate::network::Network) -> anyhow::Result<Runtime> {
+    pub fn new(
+        client: Client,
+        events: crate::events::Recorder,
+        mut config: Config,
+        network: crate::network::Network,
+    ) -> anyhow::Result<Runtime> {
         let preparing = |e: std::io::Error| anyhow::anyhow!("preparing {}: {e}", config.data_dir.display());
         config.data_dir = std::path::absolute(&config.data_dir).map_err(preparing)?;
         let preparing = |e: std::io::Error| anyhow::anyhow!("preparing {}: {e}", config.data_dir.display());
@@ -118,6 +124,7 @@ impl Runtime {
             crate::images::Store::open(&config.data_dir.join("images"))?.with_size_limit(config.image_size_limit);
         Ok(Runtime {
             client,
+            events,
             config,
             sandboxes,
             pods: Mutex::new(HashMap::new()),
@@ -203,7 +210,7 @@ impl Runtime {
         let about = crate::about(pod).container(&container.name, init);
         let present = |found: crate::images::Image| async {
             let message = format!("Container image \"{image}\" already present on machine");
-            let _ = crate::events::record(&self.client, &self.config.node, &about, "Normal", "Pulled", &message).await;
+            crate::events::record(&self.events, &about, "Normal", "Pulled", &message);
             Ok(found)
         };
         match (stored, insecure) {
@@ -255,7 +262,7 @@ impl Runtime {
         let registry = whole.split('/').next().unwrap_or_default().to_string();
         let insecure = if insecure == Some(true) { vec![registry] } else { Vec::new() };
         let message = format!("Pulling image \"{image}\"");
-        let _ = crate::events::record(&self.client, &self.config.node, &about, "Normal", "Pulling", &message).await;
+        crate::events::record(&self.events, &about, "Normal", "Pulling", &message);
         let began = std::time::Instant::now();
         match self.images.pull(image, &auth, &insecure).await {
             Ok(pulled) => {
@@ -265,8 +272,7 @@ impl Runtime {
                 let message = format!(
                     "Successfully pulled image \"{image}\" in {took:.3?} ({took:.3?} including waiting). Image size: {size} bytes."
                 );
-                let _ =
-                    crate::events::record(&self.client, &self.config.node, &about, "Normal", "Pulled", &message).await;
+                crate::events::record(&self.events, &about, "Normal", "Pulled", &message);
                 Ok(pulled)
             }
             Err(error) => {
@@ -364,13 +370,12 @@ impl Runtime {
             }
         }
         let setting = supervise::Setting {
-            node: self.config.node.clone(),
             pod_ip: facts.pod_ip.to_string(),
             host_ip: facts.host_ip.to_string(),
             pod_dir,
             backoff: self.config.crash_backoff,
         };
-        let run = PodRun::start(self.client.clone(), pod, setting, launches);
+        let run = PodRun::start(self.client.clone(), self.events.clone(), pod, setting, launches);
         self.pods().insert(uid, run);
         Ok(())
     }

@@ -44,7 +44,7 @@ struct Container {
 /// What the pod's tasks share.
 struct Shared {
     client: Client,
-    node: String,
+    events: crate::events::Recorder,
     namespace: String,
     name: String,
     uid: String,
@@ -63,8 +63,6 @@ struct Shared {
 
 /// Where and how a pod runs.
 pub struct Setting {
-    /// The node's name, as its Events give it.
-    pub node: String,
     pub pod_ip: String,
     pub host_ip: String,
     /// `<data>/pods/<uid>`.
@@ -84,8 +82,14 @@ pub struct PodRun {
 
 impl PodRun {
     /// Starts the pod's processes (`launches` are for the init containers, then the containers, in order).
-    pub fn start(client: Client, pod: &Pod, setting: Setting, launches: Vec<Launch>) -> Arc<PodRun> {
-        let Setting { node, pod_ip, host_ip, pod_dir, backoff } = setting;
+    pub fn start(
+        client: Client,
+        events: crate::events::Recorder,
+        pod: &Pod,
+        setting: Setting,
+        launches: Vec<Launch>,
+    ) -> Arc<PodRun> {
+        let Setting { pod_ip, host_ip, pod_dir, backoff } = setting;
         let spec = pod.spec.clone().unwrap_or_default();
         let restarts = super::Runtime::restart_counts(pod);
         // A pod this node ran before (it was restarted) keeps counting restarts.
@@ -115,7 +119,7 @@ impl PodRun {
             init.iter().map(|_| Probes::default()).chain(spec.containers.iter().map(Probes::of)).collect();
         let shared = Arc::new(Shared {
             client,
-            node,
+            events,
             namespace: pod.namespace().unwrap_or_default(),
             name: pod.name_any(),
             uid: pod.uid().unwrap_or_default(),
@@ -266,7 +270,7 @@ impl Shared {
             field_path: None,
         };
         let about = pod.container(&name, init);
-        let _ = crate::events::record(&self.client, &self.node, &about, type_, reason, &message).await;
+        crate::events::record(&self.events, &about, type_, reason, &message);
     }
 
     /// Where container `name`'s output of run `restart` goes.

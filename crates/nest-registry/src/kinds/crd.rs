@@ -21,6 +21,22 @@ use crate::validation;
 pub struct CustomResourceDefinition;
 
 impl CustomResourceDefinition {
+    /// `SetDefaults_CustomResourceDefinitionSpec`: the singular and list kind from the kind, no conversion.
+    fn default_spec(obj: &mut Value) {
+        let kind = meta::path_str(obj, "spec.names.kind");
+        if let Some(names) = obj.pointer_mut("/spec/names").filter(|n| n.is_object()) {
+            if names.get("singular").is_none_or(|s| s.as_str().is_none_or(str::is_empty)) {
+                names["singular"] = serde_json::json!(kind.to_lowercase());
+            }
+            if names.get("listKind").is_none_or(|s| s.as_str().is_none_or(str::is_empty)) {
+                names["listKind"] = serde_json::json!(format!("{kind}List"));
+            }
+        }
+        if obj["spec"].is_object() && obj["spec"].get("conversion").is_none_or(Value::is_null) {
+            obj["spec"]["conversion"] = serde_json::json!({"strategy": "None"});
+        }
+    }
+
     fn status(obj: &Value) -> Value {
         let now = nest_core::clock::rfc3339_now();
         let mut accepted = obj["spec"]["names"].clone();
@@ -78,11 +94,22 @@ impl Strategy for CustomResourceDefinition {
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
+        Self::default_spec(obj);
         obj["status"] = Self::status(obj);
     }
 
-    fn prepare_for_update(&self, obj: &mut Value, _old: &Value) {
+    /// The defaults again; `storedVersions` only grows (a version objects were stored in stays listed until an
+    /// administrator removes it through `/status`).
+    fn prepare_for_update(&self, obj: &mut Value, old: &Value) {
+        Self::default_spec(obj);
         obj["status"] = Self::status(obj);
+        let mut stored: Vec<Value> = old["status"]["storedVersions"].as_array().cloned().unwrap_or_default();
+        for version in obj["status"]["storedVersions"].as_array().cloned().unwrap_or_default() {
+            if !stored.contains(&version) {
+                stored.push(version);
+            }
+        }
+        obj["status"]["storedVersions"] = Value::Array(stored);
     }
 
     fn validate(&self, obj: &Value) -> Vec<Cause> {

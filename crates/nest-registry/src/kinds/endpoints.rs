@@ -66,6 +66,15 @@ fn items(value: &Value) -> impl Iterator<Item = (usize, &Value)> {
 }
 
 impl Strategy for Endpoints {
+    /// `SetDefaults_Endpoints`: a port's protocol is TCP.
+    fn prepare_for_create(&self, obj: &mut Value) {
+        for subset in obj.get_mut("subsets").and_then(Value::as_array_mut).into_iter().flatten() {
+            for port in subset.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
+                super::set_defaults(port, [("protocol", serde_json::json!("TCP"))]);
+            }
+        }
+    }
+
     fn validate_in(&self, cluster: &Cluster<'_>, obj: &Value) -> Vec<Cause> {
         Endpoints::causes(obj, cluster.service_cidr.is_loopback())
     }
@@ -95,6 +104,30 @@ impl Endpoints {
 }
 
 impl Strategy for EndpointSlice {
+    /// `endpoints` and `ports` are not `omitempty`, and an empty list is nil after kube-apiserver's protobuf
+    /// storage: both read `null` when there are none. Ports default to TCP and a name of `""`
+    /// (`SetDefaults_EndpointPort`).
+    fn prepare_for_create(&self, obj: &mut Value) {
+        if !obj.is_object() {
+            return;
+        }
+        for list in ["endpoints", "ports"] {
+            if obj.get(list).is_none_or(|l| l.as_array().is_some_and(Vec::is_empty)) {
+                obj[list] = Value::Null;
+            }
+        }
+        for port in obj["ports"].as_array_mut().into_iter().flatten() {
+            if port.is_object() {
+                if port.get("protocol").is_none_or(Value::is_null) {
+                    port["protocol"] = serde_json::json!("TCP");
+                }
+                if port.get("name").is_none_or(Value::is_null) {
+                    port["name"] = serde_json::json!("");
+                }
+            }
+        }
+    }
+
     fn validate_in(&self, cluster: &Cluster<'_>, obj: &Value) -> Vec<Cause> {
         EndpointSlice::causes(obj, cluster.service_cidr.is_loopback())
     }

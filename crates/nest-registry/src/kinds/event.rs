@@ -2,6 +2,8 @@
 //! kube-apiserver's `pkg/apis/events/v1`): stored as core Events and renamed field by field on the way in and out
 //! ([`crate::convert`] does the renaming from [`CORE_EVENTS`]).
 
+use serde_json::Value;
+
 use crate::catalog::StoredAs;
 use crate::strategy::Strategy;
 use crate::validation;
@@ -28,6 +30,26 @@ pub struct Event {
 }
 
 impl Strategy for Event {
+    /// What Go writes for a core Event's fields that are neither pointers nor `omitempty`: `source: {}`, the zero
+    /// times as `null`, the reporting fields as `""`.
+    fn prepare_for_create(&self, obj: &mut Value) {
+        if self.events_v1 || !obj.is_object() {
+            return;
+        }
+        for (field, zero) in [
+            ("source", serde_json::json!({})),
+            ("firstTimestamp", Value::Null),
+            ("lastTimestamp", Value::Null),
+            ("eventTime", Value::Null),
+            ("reportingComponent", serde_json::json!("")),
+            ("reportingInstance", serde_json::json!("")),
+        ] {
+            if obj.get(field).is_none() {
+                obj[field] = zero;
+            }
+        }
+    }
+
     fn validate_name(&self, name: &str) -> Result<(), String> {
         validation::path_segment(name)
     }

@@ -28,24 +28,27 @@ impl Strategy for Pod {
         if !spec.is_object() {
             return;
         }
-        for (field, default) in [
-            ("restartPolicy", json!("Always")),
-            ("dnsPolicy", json!("ClusterFirst")),
-            ("schedulerName", json!("default-scheduler")),
-            ("terminationGracePeriodSeconds", json!(30)),
-            ("securityContext", json!({})),
-            ("enableServiceLinks", json!(true)),
-        ] {
-            if spec.get(field).is_none_or(Value::is_null) {
-                spec[field] = default;
-            }
+        default_pod_spec(spec);
+        // `SetDefaults_Pod`: what a pod gets and a template does not.
+        if spec.get("enableServiceLinks").is_none_or(Value::is_null) {
+            spec["enableServiceLinks"] = json!(true);
         }
+        let host_network = spec["hostNetwork"] == true;
         for list in ["initContainers", "containers"] {
-            if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
-                for c in containers {
-                    default_container(c);
+            for c in spec.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+                requests_from_limits(c);
+                if host_network {
+                    for port in c.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
+                        if port.get("hostPort").is_none_or(|p| p.as_i64() == Some(0)) {
+                            port["hostPort"] = port["containerPort"].clone();
+                        }
+                    }
                 }
             }
+        }
+        // v1's deprecated alias of the account, which the conversion to v1 always writes.
+        if let Some(account) = spec.get("serviceAccountName").filter(|a| a.as_str().is_some_and(|a| !a.is_empty())) {
+            spec["serviceAccount"] = account.clone();
         }
         if obj.get("status").is_none_or(Value::is_null) || obj["status"].get("phase").is_none() {
             obj["status"]["phase"] = json!("Pending");
@@ -155,8 +158,53 @@ pub fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
-fn default_container(c: &mut Value) {
-    // A limit without a request is the request too (`SetDefaults_Pod`).
+/// The defaults of a pod's spec, a pod's or a template's (`SetDefaults_PodSpec`, `SetDefaults_Container`,
+/// `SetDefaults_Probe`, the volume sources' and the ports' defaults of pkg/apis/core/v1/defaults.go and the
+/// generated `zz_generated.defaults.go`).
+pub fn default_pod_spec(spec: &mut Value) {
+    for (field, default) in [
+        ("restartPolicy", json!("Always")),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("securityContext", json!({})),
+    ] {
+        if spec.get(field).is_none_or(Value::is_null) {
+            spec[field] = default;
+        }
+    }
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        for c in spec.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+            default_container(c);
+        }
+    }
+    for volume in spec.get_mut("volumes").and_then(Value::as_array_mut).into_iter().flatten() {
+        default_volume(volume);
+    }
+}
+
+/// A pod template's defaults: its pod spec's, and the `creationTimestamp: null` Go writes for the zero time of the
+/// template's embedded metadata (kube-apiserver 1.33).
+pub fn default_template(template: &mut Value) {
+    if !template.is_object() {
+        return;
+    }
+    if let Some(spec) = template.get_mut("spec").filter(|s| s.is_object()) {
+        default_pod_spec(spec);
+    }
+    default_template_metadata(template);
+}
+
+/// `metadata: {creationTimestamp: null, …}`, as Go encodes the metadata embedded in a template.
+pub fn default_template_metadata(template: &mut Value) {
+    if !template["metadata"].is_object() {
+        template["metadata"] = json!({});
+    }
+    template["metadata"]["creationTimestamp"] = Value::Null;
+}
+
+/// A limit without a request is the request too (`SetDefaults_Pod`).
+fn requests_from_limits(c: &mut Value) {
     let limits = c.pointer("/resources/limits").and_then(Value::as_object).cloned().unwrap_or_default();
     if !limits.is_empty() {
         let resources = c.as_object_mut().map(|c| c.entry("resources").or_insert_with(|| json!({})));
@@ -169,6 +217,16 @@ fn default_container(c: &mut Value) {
             }
         }
     }
+}
+
+fn default_container(c: &mut Value) {
+    if !c.is_object() {
+        return;
+    }
+    // ResourceRequirements is not a pointer: Go writes `resources: {}`.
+    if c.get("resources").is_none_or(Value::is_null) {
+        c["resources"] = json!({});
+    }
     if c.get("terminationMessagePath").is_none() {
         c["terminationMessagePath"] = json!("/dev/termination-log");
     }
@@ -180,6 +238,97 @@ fn default_container(c: &mut Value) {
         let tag = image.rsplit('/').next().unwrap_or(image);
         let latest = !image.contains('@') && (!tag.contains(':') || tag.ends_with(":latest"));
         c["imagePullPolicy"] = json!(if latest { "Always" } else { "IfNotPresent" });
+    }
+    for port in c.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
+        if port.is_object() && port.get("protocol").is_none_or(Value::is_null) {
+            port["protocol"] = json!("TCP");
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        let Some(probe) = c.get_mut(probe).filter(|p| p.is_object()) else { continue };
+        for (field, default) in
+            [("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1), ("failureThreshold", 3)]
+        {
+            if probe.get(field).is_none_or(Value::is_null) {
+                probe[field] = json!(default);
+            }
+        }
+        default_http_get(probe);
+        if let Some(grpc) = probe.get_mut("grpc").filter(|g| g.is_object())
+            && grpc.get("service").is_none_or(Value::is_null)
+        {
+            grpc["service"] = json!("");
+        }
+    }
+    for hook in ["postStart", "preStop"] {
+        if let Some(handler) = c.get_mut("lifecycle").and_then(|l| l.get_mut(hook)).filter(|h| h.is_object()) {
+            default_http_get(handler);
+        }
+    }
+    for env in c.get_mut("env").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(field_ref) = env.pointer_mut("/valueFrom/fieldRef").filter(|f| f.is_object())
+            && field_ref.get("apiVersion").is_none_or(Value::is_null)
+        {
+            field_ref["apiVersion"] = json!("v1");
+        }
+    }
+}
+
+/// `SetDefaults_HTTPGetAction`: path `/`, scheme `HTTP`.
+fn default_http_get(handler: &mut Value) {
+    if let Some(get) = handler.get_mut("httpGet").filter(|g| g.is_object()) {
+        if get.get("path").is_none_or(|p| p.as_str().is_none_or(str::is_empty)) {
+            get["path"] = json!("/");
+        }
+        if get.get("scheme").is_none_or(Value::is_null) {
+            get["scheme"] = json!("HTTP");
+        }
+    }
+}
+
+/// The volume sources' defaults: no source is an `emptyDir`; Secret, ConfigMap, downward API and projected files
+/// are 0644 (`defaultMode: 420`); a token projection lives an hour; a hostPath's type is `""`; a field reference
+/// is to v1.
+fn default_volume(volume: &mut Value) {
+    let Some(map) = volume.as_object_mut() else { return };
+    if map.keys().all(|k| k == "name") {
+        map.insert("emptyDir".into(), json!({}));
+    }
+    for source in ["secret", "configMap", "downwardAPI", "projected"] {
+        if let Some(source) = map.get_mut(source).filter(|s| s.is_object())
+            && source.get("defaultMode").is_none_or(Value::is_null)
+        {
+            source["defaultMode"] = json!(420);
+        }
+    }
+    if let Some(host_path) = map.get_mut("hostPath").filter(|h| h.is_object())
+        && host_path.get("type").is_none_or(Value::is_null)
+    {
+        host_path["type"] = json!("");
+    }
+    let field_refs = |items: &mut Value| {
+        for item in items.as_array_mut().into_iter().flatten() {
+            if let Some(field_ref) = item.get_mut("fieldRef").filter(|f| f.is_object())
+                && field_ref.get("apiVersion").is_none_or(Value::is_null)
+            {
+                field_ref["apiVersion"] = json!("v1");
+            }
+        }
+    };
+    if let Some(items) = map.get_mut("downwardAPI").and_then(|d| d.get_mut("items")) {
+        field_refs(items);
+    }
+    for source in
+        map.get_mut("projected").and_then(|p| p.get_mut("sources")).and_then(Value::as_array_mut).into_iter().flatten()
+    {
+        if let Some(token) = source.get_mut("serviceAccountToken").filter(|t| t.is_object())
+            && token.get("expirationSeconds").is_none_or(Value::is_null)
+        {
+            token["expirationSeconds"] = json!(3600);
+        }
+        if let Some(items) = source.get_mut("downwardAPI").and_then(|d| d.get_mut("items")) {
+            field_refs(items);
+        }
     }
 }
 

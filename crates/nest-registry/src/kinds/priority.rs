@@ -115,6 +115,16 @@ impl Mutating for Priority {
     }
 }
 
+/// PriorityClasses, as `SetDefaults_PriorityClass` defaults them: they preempt lower priorities unless told
+/// otherwise.
+pub struct PriorityClass;
+
+impl crate::strategy::Strategy for PriorityClass {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        super::set_defaults(obj, [("preemptionPolicy", json!("PreemptLowerPriority"))]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

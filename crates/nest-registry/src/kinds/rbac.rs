@@ -12,6 +12,31 @@ impl Strategy for PathSegmentNames {
     }
 }
 
+/// RoleBindings and ClusterRoleBindings, as `SetDefaults_RoleBinding`, `SetDefaults_ClusterRoleBinding` and
+/// `SetDefaults_Subject` default them: the role is RBAC's, and so are users and groups.
+pub struct Binding;
+
+impl Strategy for Binding {
+    fn validate_name(&self, name: &str) -> Result<(), String> {
+        validation::path_segment(name)
+    }
+
+    fn prepare_for_create(&self, obj: &mut serde_json::Value) {
+        const GROUP: &str = "rbac.authorization.k8s.io";
+        if obj["roleRef"].is_object()
+            && obj["roleRef"].get("apiGroup").is_none_or(|g| g.as_str().is_none_or(str::is_empty))
+        {
+            obj["roleRef"]["apiGroup"] = serde_json::json!(GROUP);
+        }
+        for subject in obj.get_mut("subjects").and_then(serde_json::Value::as_array_mut).into_iter().flatten() {
+            let named = matches!(subject["kind"].as_str(), Some("User" | "Group"));
+            if named && subject.get("apiGroup").is_none_or(|g| g.as_str().is_none_or(str::is_empty)) {
+                subject["apiGroup"] = serde_json::json!(GROUP);
+            }
+        }
+    }
+}
+
 /// The default policy kube-apiserver creates at start (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy`, 1.33), the
 /// parts nest's components and users need: `cluster-admin` for `system:masters`; `admin`, `edit` and `view`, each
 /// aggregating the `system:aggregate-to-*` roles (and `edit` `view`'s, `admin` `edit`'s); discovery, basic-user and

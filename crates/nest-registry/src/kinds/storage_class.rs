@@ -59,6 +59,16 @@ impl Mutating for DefaultStorageClass {
     }
 }
 
+/// StorageClasses, as `SetDefaults_StorageClass` defaults them: volumes are deleted with their claims and bound at
+/// once.
+pub struct StorageClass;
+
+impl crate::strategy::Strategy for StorageClass {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        super::set_defaults(obj, [("reclaimPolicy", json!("Delete")), ("volumeBindingMode", json!("Immediate"))]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,6 @@
 use serde_json::Value;
 
 use crate::error::Cause;
-use crate::kinds::pod::Pod;
 use crate::strategy::Strategy;
 
 /// The workload strategies: the defaults of pkg/apis/apps/v1/defaults.go that controllers rely on (replicas, strategies, history
@@ -22,6 +21,9 @@ pub enum Workload {
     /// Its pods' template is its Job template's (`spec.jobTemplate.spec.template`).
     CronJob,
 }
+
+/// The annotation apps/v1 keeps a DaemonSet's template generation in.
+const TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
 
 /// The labels kube-apiserver gives a Job's pod template, and (the first) its generated selector.
 pub const JOB_LABELS: [&str; 4] =
@@ -62,10 +64,27 @@ impl Strategy for Workload {
             return;
         }
         if *self == Workload::Job {
+            if obj["spec"].get("manualSelector").is_none_or(Value::is_null) {
+                obj["spec"]["manualSelector"] = serde_json::json!(false);
+            }
             generate_job_selector(obj);
+            // SetDefaults_Job: a Job without labels of its own carries its template's (which now include the
+            // generated ones).
+            let labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+            if labels.as_object().is_some_and(|l| !l.is_empty())
+                && obj["metadata"]["labels"].as_object().is_none_or(|l| l.is_empty())
+            {
+                obj["metadata"]["labels"] = labels;
+            }
         }
         if *self == Workload::ReplicationController {
             default_from_template_labels(obj);
+        }
+        if *self == Workload::DaemonSet && obj["metadata"]["annotations"].get(TEMPLATE_GENERATION).is_none() {
+            if !obj["metadata"]["annotations"].is_object() {
+                obj["metadata"]["annotations"] = serde_json::json!({});
+            }
+            obj["metadata"]["annotations"][TEMPLATE_GENERATION] = serde_json::json!("1");
         }
         let spec = &mut obj["spec"];
         let mut defaults: Vec<(&str, Value)> = Vec::new();
@@ -78,6 +97,8 @@ impl Strategy for Workload {
             }
             Workload::ReplicaSet | Workload::ReplicationController => defaults.push(("replicas", serde_json::json!(1))),
             Workload::StatefulSet => {
+                // Not omitempty in Go: "" when not given.
+                defaults.push(("serviceName", serde_json::json!("")));
                 defaults.push(("replicas", serde_json::json!(1)));
                 defaults.push(("podManagementPolicy", serde_json::json!("OrderedReady")));
                 defaults.push((
@@ -104,12 +125,22 @@ impl Strategy for Workload {
                 defaults.push(("successfulJobsHistoryLimit", serde_json::json!(3)));
                 defaults.push(("failedJobsHistoryLimit", serde_json::json!(1)));
             }
+            // SetDefaults_Job.
             Workload::Job => {
-                defaults.push(("completions", serde_json::json!(1)));
+                // Neither count given: one pod, once; a parallelism alone is a work queue's.
+                if spec.get("completions").is_none_or(Value::is_null)
+                    && spec.get("parallelism").is_none_or(Value::is_null)
+                {
+                    defaults.push(("completions", serde_json::json!(1)));
+                }
                 defaults.push(("parallelism", serde_json::json!(1)));
-                defaults.push(("backoffLimit", serde_json::json!(6)));
+                let per_index = spec.get("backoffLimitPerIndex").is_some_and(|b| !b.is_null());
+                defaults.push(("backoffLimit", serde_json::json!(if per_index { i32::MAX } else { 6 })));
                 defaults.push(("completionMode", serde_json::json!("NonIndexed")));
                 defaults.push(("suspend", serde_json::json!(false)));
+                let failure_policy = spec.get("podFailurePolicy").is_some_and(|p| !p.is_null());
+                let replacement = if failure_policy { "Failed" } else { "TerminatingOrFailed" };
+                defaults.push(("podReplacementPolicy", serde_json::json!(replacement)));
             }
         }
         for (field, default) in defaults {
@@ -128,6 +159,11 @@ impl Strategy for Workload {
                 Some(_) => {}
             }
         }
+        if *self == Workload::CronJob
+            && let Some(job_template) = spec.get_mut("jobTemplate").filter(|t| t.is_object())
+        {
+            crate::kinds::pod::default_template_metadata(job_template);
+        }
         let template = match self {
             Workload::CronJob => {
                 spec.get_mut("jobTemplate").and_then(|t| t.get_mut("spec")).and_then(|s| s.get_mut("template"))
@@ -137,11 +173,7 @@ impl Strategy for Workload {
         if let Some(template) = template
             && template.get("spec").is_some_and(Value::is_object)
         {
-            // The template's pod gets the pod defaults, but a template has no status.
-            Pod.prepare_for_create(template);
-            if let Some(map) = template.as_object_mut() {
-                map.remove("status");
-            }
+            crate::kinds::pod::default_template(template);
             if matches!(self, Workload::Job | Workload::CronJob) && template["spec"]["restartPolicy"] == "Always" {
                 // A Job's pods must not restart forever; kube-apiserver refuses Always, nest defaults to Never.
                 template["spec"]["restartPolicy"] = serde_json::json!("Never");
@@ -151,6 +183,20 @@ impl Strategy for Workload {
 
     fn validate(&self, obj: &Value) -> Vec<Cause> {
         self.check(obj)
+    }
+
+    /// The defaults again, and a DaemonSet's template generation: 1 when created, one more with each change of its
+    /// template (`daemonSetStrategy`; apps/v1 writes it as the `deprecated.daemonset.template.generation`
+    /// annotation).
+    fn prepare_for_update(&self, obj: &mut Value, old: &Value) {
+        self.prepare_for_create(obj);
+        if *self == Workload::DaemonSet {
+            let before =
+                old["metadata"]["annotations"][TEMPLATE_GENERATION].as_str().and_then(|g| g.parse::<i64>().ok());
+            let changed = obj["spec"]["template"] != old["spec"]["template"];
+            let generation = before.unwrap_or(1) + i64::from(changed && before.is_some());
+            obj["metadata"]["annotations"][TEMPLATE_GENERATION] = serde_json::json!(generation.to_string());
+        }
     }
 
     /// core v1's ReplicationControllers orphan their pods unless told otherwise, as upstream keeps them for old

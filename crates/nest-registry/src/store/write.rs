@@ -122,7 +122,9 @@ impl Registry {
             }
             metadata.insert("uid".into(), json!(meta::new_uid()));
             metadata.insert("creationTimestamp".into(), json!(nest_core::clock::rfc3339_now()));
-            metadata.insert("generation".into(), json!(1));
+            if info.generation {
+                metadata.insert("generation".into(), json!(1));
+            }
         }
         let request =
             admission_request(resource, Operation::Create, Subresource::Main, namespace, &given, None, dry_run);
@@ -432,7 +434,7 @@ impl Registry {
             };
             strip(a) != strip(b)
         };
-        if spec_changed(&obj, old) {
+        if info.generation && spec_changed(&obj, old) {
             let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
             meta::metadata_mut(&mut obj).insert("generation".into(), json!(generation));
         }

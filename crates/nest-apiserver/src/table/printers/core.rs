@@ -128,6 +128,15 @@ const ENDPOINTS: Printer = Printer {
     cells: |o, now| vec![name(o), json!(endpoints(o)), created(o, now)],
 };
 
+/// A volume's or claim's STATUS: its phase, or `Terminating` once it is being deleted (a protection finalizer may
+/// hold it a while), as `printPersistentVolume` and `printPersistentVolumeClaim` show it.
+fn volume_phase(o: &Value) -> &str {
+    if o["metadata"]["deletionTimestamp"].is_string() {
+        return "Terminating";
+    }
+    o["status"]["phase"].as_str().unwrap_or("Pending")
+}
+
 const PERSISTENT_VOLUME_CLAIM: Printer = Printer {
     columns: &[
         ("Name", "string", 0),
@@ -144,7 +153,7 @@ const PERSISTENT_VOLUME_CLAIM: Printer = Printer {
         let (spec, status) = (&o["spec"], &o["status"]);
         vec![
             name(o),
-            json!(status["phase"].as_str().unwrap_or("Pending")),
+            json!(volume_phase(o)),
             json!(text(&spec["volumeName"])),
             json!(text(&status["capacity"]["storage"])),
             json!(access_modes(&status["accessModes"])),
@@ -183,7 +192,7 @@ const PERSISTENT_VOLUME: Printer = Printer {
             json!(text(&spec["capacity"]["storage"])),
             json!(access_modes(&spec["accessModes"])),
             json!(spec["persistentVolumeReclaimPolicy"].as_str().unwrap_or("Retain")),
-            json!(status["phase"].as_str().unwrap_or("Pending")),
+            json!(volume_phase(o)),
             json!(claim),
             json!(text(&spec["storageClassName"])),
             json!(or_none(text(&spec["volumeAttributesClassName"]))),
