@@ -30,22 +30,31 @@ pub struct Event {
 }
 
 impl Strategy for Event {
-    /// What Go writes for a core Event's fields that are neither pointers nor `omitempty`: `source: {}`, the zero
-    /// times as `null`, the reporting fields as `""`.
+    /// What Go writes for an Event's fields that are neither pointers nor `omitempty`: the source as `{}`, the zero
+    /// times as `null`, the reporting fields as `""` — under their names in the shape being written.
     fn prepare_for_create(&self, obj: &mut Value) {
-        if self.events_v1 || !obj.is_object() {
+        if !obj.is_object() {
             return;
         }
-        for (field, zero) in [
-            ("source", serde_json::json!({})),
-            ("firstTimestamp", Value::Null),
-            ("lastTimestamp", Value::Null),
-            ("eventTime", Value::Null),
-            ("reportingComponent", serde_json::json!("")),
-            ("reportingInstance", serde_json::json!("")),
-        ] {
-            if obj.get(field).is_none() {
-                obj[field] = zero;
+        let zeros: &[(&str, Value)] = if self.events_v1 {
+            &[
+                ("deprecatedSource", serde_json::json!({})),
+                ("deprecatedFirstTimestamp", Value::Null),
+                ("deprecatedLastTimestamp", Value::Null),
+            ]
+        } else {
+            &[
+                ("source", serde_json::json!({})),
+                ("firstTimestamp", Value::Null),
+                ("lastTimestamp", Value::Null),
+                ("eventTime", Value::Null),
+                ("reportingComponent", serde_json::json!("")),
+                ("reportingInstance", serde_json::json!("")),
+            ]
+        };
+        for (field, zero) in zeros {
+            if obj.get(*field).is_none() {
+                obj[*field] = zero.clone();
             }
         }
     }
