@@ -2,8 +2,8 @@
 //! super PersistentVolumeClaim a `volumeName`), the tenant gets a PersistentVolume of the same name, bound to the
 //! tenant's claim (`claimRef` names the tenant namespace, claim and UID), with the super volume's capacity, modes,
 //! class and source, and the tenant claim's `spec.volumeName` is set — what `kubectl get pv,pvc` shows in an
-//! ordinary cluster. The copy (labelled `tenancy.nest.dev/from-super`) goes when the super volume goes or stops
-//! being bound to that claim.
+//! ordinary cluster. The copy (labelled `tenancy.nest.dev/from-super`) is Released and deleted when the super volume
+//! goes or stops being bound to that claim.
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
@@ -88,6 +88,11 @@ pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube::Re
     let mut done = Done::default();
     let Some(wanted) = wanted(syncer, tenant, name) else {
         if copied {
+            // Released first, as the binder releases a volume whose claim is gone, so that the tenant's
+            // pv-protection lets the copy go.
+            let released = json!({"status": {"phase": "Released"}});
+            let patched = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&released)).await;
+            nest_client::done_unless_gone_or_changed(patched)?;
             nest_client::done_unless_gone_or_changed(api.delete(name, &DeleteParams::default()).await)?;
             done.up += 1;
         }
