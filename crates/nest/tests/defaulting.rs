@@ -520,3 +520,38 @@ fn every_built_in_kind_is_defaulted_as_kube_apiserver_defaults_it() {
     }
     assert!(failures.is_empty(), "{} kinds differ from kube-apiserver 1.33:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// What defaulting keeps across updates: a DaemonSet's template generation counts changes of its template only
+/// (`daemonSetStrategy.PrepareForUpdate`), and a CRD's `storedVersions` only grows.
+#[test]
+fn a_daemon_sets_template_generation_and_a_crds_stored_versions_follow_updates() {
+    let server = Server::start(&Storage::Embedded);
+    let template = template("ds");
+    let daemon_set = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds"},
+                            "spec": {"selector": {"matchLabels": {"app": "ds"}}, "template": template}});
+    server.kubectl_with_input(&["create", "-f", "-"], Some(&daemon_set.to_string()));
+    let generation = || {
+        server.json(&["get", "ds", "ds"])["metadata"]["annotations"]["deprecated.daemonset.template.generation"].clone()
+    };
+    assert_eq!(generation(), "1");
+    server.ok(&["label", "ds", "ds", "tier=web"]);
+    assert_eq!(generation(), "1", "a label is not a template change");
+    let patch = r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"nginx:1.28"}]"#;
+    server.ok(&["patch", "ds", "ds", "--type=json", "-p", patch]);
+    assert_eq!(generation(), "2");
+    assert_eq!(server.json(&["get", "ds", "ds"])["metadata"]["generation"], 2);
+
+    let version = |name: &str, storage: bool| json!({"name": name, "served": true, "storage": storage, "schema": {"openAPIV3Schema": {"type": "object"}}});
+    let crd = |versions: Value| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "widgets.example.com"},
+               "spec": {"group": "example.com", "names": {"plural": "widgets", "kind": "Widget"}, "scope": "Namespaced",
+                        "versions": versions}})
+    };
+    server.kubectl_with_input(&["create", "-f", "-"], Some(&crd(json!([version("v1", true)])).to_string()));
+    let replaced = crd(json!([version("v1", false), version("v2", true)]));
+    let out = server.kubectl_with_input(&["replace", "-f", "-"], Some(&replaced.to_string()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stored = server.json(&["get", "crd", "widgets.example.com"])["status"]["storedVersions"].clone();
+    assert_eq!(stored, json!(["v1", "v2"]), "objects stored as v1 may still exist");
+}
