@@ -208,6 +208,12 @@ impl Policy<'_> {
 
     /// Every rule that applies to `user` in `namespace` (cluster-wide rules only, when `None`).
     async fn rules_for(&self, user: &User, namespace: Option<&str>) -> Result<Vec<Rule>> {
+        Ok(self.grants_for(user, namespace).await?.into_iter().flat_map(|(_, rules)| rules).collect())
+    }
+
+    /// The rules that apply to `user` in `namespace`, binding by binding: each with what RBAC's reasons call it
+    /// (`ClusterRoleBinding "x" of ClusterRole "y" to User "z"`). ClusterRoleBindings come first, as RBAC visits them.
+    async fn grants_for(&self, user: &User, namespace: Option<&str>) -> Result<Vec<(String, Vec<Rule>)>> {
         let rbac = "rbac.authorization.k8s.io";
         let mut bindings: Vec<(Value, String)> =
             self.list(rbac, "clusterrolebindings", None).await?.into_iter().map(|b| (b, String::new())).collect();
@@ -216,15 +222,40 @@ impl Policy<'_> {
                 self.list(rbac, "rolebindings", Some(namespace)).await?.into_iter().map(|b| (b, namespace.to_string())),
             );
         }
-        let mut rules = Vec::new();
+        let mut grants = Vec::new();
         let mut cluster_roles = None;
         for (binding, namespace) in bindings {
-            if binding["subjects"].as_array().into_iter().flatten().any(|s| subject_is(s, user)) {
-                rules.extend(self.role_rules(&binding["roleRef"], &namespace, &mut cluster_roles).await?);
-            }
+            let Some(subject) = binding["subjects"].as_array().into_iter().flatten().find(|s| subject_is(s, user))
+            else {
+                continue;
+            };
+            let rules = self.role_rules(&binding["roleRef"], &namespace, &mut cluster_roles).await?;
+            grants.push((describe(&binding, subject, &namespace), rules));
         }
-        Ok(rules)
+        Ok(grants)
     }
+}
+
+/// A binding as RBAC's reasons name it (`pkg/registry/rbac/validation`'s describers): `ClusterRoleBinding "name"`
+/// or `RoleBinding "name/namespace"`, `of <roleRef kind> "role"`, `to` the subject (`User "alice"`, `Group "devs"`,
+/// `ServiceAccount "name/namespace"`).
+fn describe(binding: &Value, subject: &Value, namespace: &str) -> String {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let name = text(&binding["metadata"]["name"]);
+    let which = if namespace.is_empty() {
+        format!("ClusterRoleBinding \"{name}\"")
+    } else {
+        format!("RoleBinding \"{name}/{namespace}\"")
+    };
+    let kind = text(&subject["kind"]);
+    let subject_name = if kind == "ServiceAccount" {
+        let own = text(&subject["namespace"]);
+        format!("{}/{}", text(&subject["name"]), if own.is_empty() { namespace.to_string() } else { own })
+    } else {
+        text(&subject["name"])
+    };
+    let (role_kind, role) = (text(&binding["roleRef"]["kind"]), text(&binding["roleRef"]["name"]));
+    format!("{which} of {role_kind} \"{role}\" to {kind} \"{subject_name}\"")
 }
 
 /// The 403 of an action `user` may not take, in kube-apiserver's words.
@@ -275,26 +306,52 @@ pub async fn authorize(registry: &Registry, mode: Mode, user: &User, action: &Ac
 
 /// Whether `user` may take `action` under `mode`.
 pub async fn allowed(registry: &Registry, mode: Mode, user: &User, action: &Action<'_>) -> Result<bool> {
+    Ok(decide(registry, mode, user, action).await?.allowed)
+}
+
+/// An authorizer's answer, as a SubjectAccessReview's status carries it.
+pub struct Decision {
+    pub allowed: bool,
+    /// Why, in upstream's words: empty when `system:masters`, `AlwaysAllow` or the Node authorizer allows, or nothing
+    /// does; `RBAC: allowed by <binding>` when RBAC does.
+    pub reason: String,
+}
+
+/// Whether, and why, `user` may take `action` under `mode`: the privileged group first, then the Node authorizer,
+/// then RBAC, the first that allows deciding (kube-apiserver's union of authorizers).
+pub async fn decide(registry: &Registry, mode: Mode, user: &User, action: &Action<'_>) -> Result<Decision> {
+    let allow = |reason: String| Ok(Decision { allowed: true, reason });
     if mode == Mode::AlwaysAllow || user.groups.iter().any(|g| g == "system:masters") {
-        return Ok(true);
+        return allow(String::new());
     }
     if mode == Mode::NodeRbac
         && let Some(node) = crate::node_authz::node_name(user)
         && crate::node_authz::allows(registry, node, action).await?
     {
-        return Ok(true);
+        return allow(String::new());
     }
     let policy = Policy { registry };
-    Ok(match action {
-        Action::Resource { verb, group, resource, subresource, namespace, name } => {
+    let namespace = match action {
+        Action::Resource { namespace, .. } => *namespace,
+        Action::Path { .. } => None,
+    };
+    for (by, rules) in policy.grants_for(user, namespace).await? {
+        if rules.iter().any(|rule| rule_allows(rule, action)) {
+            return allow(format!("RBAC: allowed by {by}"));
+        }
+    }
+    Ok(Decision { allowed: false, reason: String::new() })
+}
+
+/// Whether `rule` allows `action`.
+fn rule_allows(rule: &Rule, action: &Action<'_>) -> bool {
+    match action {
+        Action::Resource { verb, group, resource, subresource, name, .. } => {
             let resource = subresource.map_or_else(|| resource.to_string(), |sub| format!("{resource}/{sub}"));
-            let rules = policy.rules_for(user, *namespace).await?;
-            rules.iter().any(|rule| rule.allows(verb, group, &resource, *name))
+            rule.allows(verb, group, &resource, *name)
         }
-        Action::Path { verb, path } => {
-            policy.rules_for(user, None).await?.iter().any(|rule| rule.allows_path(verb, path))
-        }
-    })
+        Action::Path { verb, path } => rule.allows_path(verb, path),
+    }
 }
 
 /// Every rule that applies to `user` in `namespace` (cluster-wide ones only when `None`): what

@@ -869,7 +869,7 @@ async fn resource_request(
         let object = decode_object(&content_type(request), &body)?;
         let kind = target.resource.info.kind.clone();
         if kind == "TokenReview" {
-            let mut review = state.service_accounts.review(&state.registry, &object).await;
+            let mut review = state.service_accounts.review(&state.registry, &object).await?;
             review["apiVersion"] = json!(target.resource.info.api_version());
             review["kind"] = json!(kind);
             return Ok(json_response(StatusCode::CREATED, &review));

@@ -320,9 +320,13 @@ impl Issuer {
         Some((User::new(format!("system:serviceaccount:{namespace}:{name}"), groups), valid_for))
     }
 
-    /// Answers a TokenReview: whether its `spec.token` authenticates, as whom, for which of its `spec.audiences`.
-    pub async fn review(&self, registry: &Registry, body: &Value) -> Value {
+    /// Answers a TokenReview: whether its `spec.token` authenticates, as whom, for which of its `spec.audiences`;
+    /// a review without a token is a 400, as upstream's.
+    pub async fn review(&self, registry: &Registry, body: &Value) -> Result<Value> {
         let token = body["spec"]["token"].as_str().unwrap_or_default();
+        if token.is_empty() {
+            return Err(ApiError::bad_request("token is required for TokenReview in authentication"));
+        }
         let asked: Vec<String> = body["spec"]["audiences"]
             .as_array()
             .into_iter()
@@ -336,9 +340,10 @@ impl Issuer {
                 "user": {"username": user.name, "groups": user.groups},
                 "audiences": audiences,
             }),
-            None => json!({"user": {}, "error": "[invalid bearer token, service account token is not valid]"}),
+            // What kube-apiserver's bearer-token authenticator says when no authenticator knows the token.
+            None => json!({"user": {}, "error": "invalid bearer token"}),
         };
-        review
+        Ok(review)
     }
 }
 

@@ -54,15 +54,8 @@ fn eligible(set: &DaemonSet, node: &Node) -> bool {
     }
     let mut tolerations = spec.tolerations.unwrap_or_default();
     tolerations.extend(daemon_tolerations());
-    node.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().all(|taint| {
-        !matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
-            || tolerations.iter().any(|t| {
-                t.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect)
-                    && t.key.as_deref().is_none_or(|k| k.is_empty() || k == taint.key)
-                    && (t.operator.as_deref() == Some("Exists")
-                        || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
-            })
-    })
+    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    nest_client::taints::untolerated(&taints, &tolerations, &["NoSchedule", "NoExecute"]).is_none()
 }
 
 async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {

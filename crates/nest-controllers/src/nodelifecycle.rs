@@ -1,27 +1,63 @@
-//! Node lifecycle, after kube-controller-manager's `nodelifecycle` controller (1.33): a node whose Lease in
-//! `kube-node-lease` has not been renewed for the grace period is marked `Ready=Unknown` ("Kubelet stopped posting node
-//! status."), tainted `node.kubernetes.io/unreachable` (NoSchedule and NoExecute), and its pods' `Ready` condition
-//! goes false. Once the node reports Ready again, the taints are removed. Nodes and Leases are read from the caches
-//! of two watches, so looking at them every second sends nothing; only a change of a node's state is written.
+//! Node lifecycle, after kube-controller-manager's `nodelifecycle` controller (1.33).
+//!
+//! - **Health.** A node whose Lease in `kube-node-lease` has not been renewed for the grace period (or that never
+//!   posted a status within the startup grace period) gets `Ready` and its pressure conditions `Unknown` ("Kubelet
+//!   stopped posting node status."), and its pods' `Ready` condition goes false.
+//! - **Conditions become taints** (TaintNodesByCondition, whose admission plugin gives every new node
+//!   `node.kubernetes.io/not-ready:NoSchedule`): each condition that keeps pods away has its `NoSchedule` taint —
+//!   `Ready` False is `not-ready`, Unknown is `unreachable`; `MemoryPressure`, `DiskPressure`, `PIDPressure` and
+//!   `NetworkUnavailable` True are `memory-pressure`, `disk-pressure`, `pid-pressure` and `network-unavailable` —
+//!   and `spec.unschedulable` is `node.kubernetes.io/unschedulable`. A node that is not Ready also gets the `NoExecute`
+//!   taint of its state (`not-ready` or `unreachable`), which a Ready node loses. Taints nobody here manages are kept.
+//!
+//! Nodes and Leases are read from the caches of two watches; a node is looked at as soon as its watch reports a change
+//! (so a new node's `not-ready` taint goes the moment it reports Ready) and every second, which sends nothing unless
+//! a node's state changed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-/// The taint an unreachable node gets.
+/// The taint of a node that is not ready.
+pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+/// The taint of a node whose state is unknown.
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+/// The taint of a cordoned node.
+pub const UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+/// Each condition's `NoSchedule` taint, by the condition's status (upstream's `nodeConditionToTaintKeyStatusMap`).
+const CONDITION_TAINTS: [(&str, &str, &str); 6] = [
+    ("Ready", "False", NOT_READY),
+    ("Ready", "Unknown", UNREACHABLE),
+    ("MemoryPressure", "True", "node.kubernetes.io/memory-pressure"),
+    ("DiskPressure", "True", "node.kubernetes.io/disk-pressure"),
+    ("NetworkUnavailable", "True", "node.kubernetes.io/network-unavailable"),
+    ("PIDPressure", "True", "node.kubernetes.io/pid-pressure"),
+];
+/// The conditions that go Unknown with `Ready` when a node goes silent.
+const SILENCED: [&str; 4] = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"];
 /// How often nodes are looked at (kube-controller-manager's `--node-monitor-period`).
 const MONITOR_EVERY: Duration = Duration::from_secs(1);
+/// How long a new node has to post its first status (`--node-startup-grace-period`).
+const STARTUP_GRACE: Duration = Duration::from_secs(60);
 
 /// Runs the controller until the task is dropped. `grace` is kube-controller-manager's
 /// `--node-monitor-grace-period`.
 pub async fn run(client: Client, grace: Duration) {
-    let (nodes, node_feed) = nest_client::cache(Api::<Node>::all(client.clone()), Default::default());
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let poke = changed.clone();
+    let (nodes, node_feed) = nest_client::cache_then(
+        Api::<Node>::all(client.clone()),
+        Default::default(),
+        kube::runtime::watcher::DefaultBackoff::default(),
+        move |_| poke.notify_one(),
+    );
     let (leases, lease_feed) =
         nest_client::cache(Api::<Lease>::namespaced(client.clone(), "kube-node-lease"), Default::default());
     let monitor = async {
@@ -32,7 +68,10 @@ pub async fn run(client: Client, grace: Duration) {
             if let Err(error) = pass(&client, &nodes.state(), &leases.state(), grace).await {
                 tracing::debug!(%error, "node lifecycle");
             }
-            tokio::time::sleep(MONITOR_EVERY).await;
+            tokio::select! {
+                () = changed.notified() => {}
+                () = tokio::time::sleep(MONITOR_EVERY) => {}
+            }
         }
     };
     tokio::join!(node_feed, lease_feed, monitor);
@@ -42,68 +81,112 @@ fn seconds_now() -> i64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
+fn condition<'a>(node: &'a Node, kind: &str) -> Option<&'a NodeCondition> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)
+}
+
 /// Looks at every node once: `known` nodes and `leases` as the caches hold them.
 async fn pass(client: &Client, known: &[Arc<Node>], leases: &[Arc<Lease>], grace: Duration) -> kube::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let renewals: std::collections::HashMap<String, i64> = leases
+    let renewals: HashMap<String, i64> = leases
         .iter()
         .filter_map(|l| Some((l.name_any(), l.spec.as_ref()?.renew_time.as_ref()?.0.as_second())))
         .collect();
     for node in known {
         let name = node.name_any();
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.status.clone())
-            .unwrap_or_default();
-        let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0);
-        let last = renewals.get(&name).copied().unwrap_or(created);
-        let silent = seconds_now() - last > grace.as_secs() as i64;
-        let tainted =
-            node.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().any(|t| t.key == UNREACHABLE);
-        if silent && ready == "True" {
-            tracing::info!(node = %name, "node stopped renewing its lease: marking it NotReady");
-            let now = nest_core::clock::rfc3339_now();
-            let conditions: Vec<serde_json::Value> = node
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| {
-                    json!({"type": c.type_, "status": "Unknown", "reason": "NodeStatusUnknown",
-                           "message": "Kubelet stopped posting node status.",
-                           "lastHeartbeatTime": c.last_heartbeat_time, "lastTransitionTime": now})
-                })
-                .collect();
-            let status = json!({"status": {"conditions": conditions}});
-            nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+        let mut node = (**node).clone();
+        if let Some(silenced) = silenced(&node, renewals.get(&name).copied(), grace) {
+            tracing::info!(node = %name, "node stopped posting its status: marking it Unknown");
+            let patch = json!({"status": {"conditions": silenced}});
+            node = nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await?;
             mark_pods_not_ready(client, &name).await?;
         }
-        let taints: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-        if silent && !tainted {
-            let mut taints = taints;
-            for effect in ["NoSchedule", "NoExecute"] {
-                taints.push(Taint {
-                    key: UNREACHABLE.into(),
-                    effect: effect.into(),
-                    time_added: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                        jiff::Timestamp::from_second(seconds_now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH),
-                    )),
-                    value: None,
-                });
-            }
-            nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"taints": taints}}))).await?;
-        } else if !silent && tainted && ready == "True" {
-            let kept: Vec<Taint> = taints.into_iter().filter(|t| t.key != UNREACHABLE).collect();
-            nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"taints": kept}}))).await?;
+        let now = Time(jiff::Timestamp::from_second(seconds_now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
+        if let Some(taints) = taints_after(&node, now) {
+            // Against the version read, so a taint someone else set meanwhile is never overwritten: the next pass
+            // sees it.
+            let patch = json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": taints}});
+            let written = nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+            nest_client::done_unless_gone_or_changed(written)?;
         }
     }
     Ok(())
+}
+
+/// The conditions (as a strategic merge patch's list) that say `node` went silent, if it did: its Lease last
+/// renewed at `renewed` (seconds), or never, longer than `grace` ago — or, for a node that never posted a status, the
+/// startup grace period after it was created.
+fn silenced(node: &Node, renewed: Option<i64>, grace: Duration) -> Option<Vec<serde_json::Value>> {
+    let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0);
+    let ready = condition(node, "Ready");
+    let grace = if ready.is_some() { grace } else { STARTUP_GRACE.max(grace) };
+    let last = renewed.unwrap_or(created);
+    if seconds_now() - last <= grace.as_secs() as i64 || ready.is_some_and(|c| c.status == "Unknown") {
+        return None;
+    }
+    let now = nest_core::clock::rfc3339_now();
+    let conditions = SILENCED
+        .iter()
+        .filter_map(|kind| match condition(node, kind) {
+            Some(old) if old.status == "Unknown" => None,
+            Some(old) => Some(json!({"type": kind, "status": "Unknown", "reason": "NodeStatusUnknown",
+                                     "message": "Kubelet stopped posting node status.",
+                                     "lastHeartbeatTime": old.last_heartbeat_time, "lastTransitionTime": now})),
+            None => Some(json!({"type": kind, "status": "Unknown", "reason": "NodeStatusNeverUpdated",
+                                "message": "Kubelet never posted node status.",
+                                "lastHeartbeatTime": node.metadata.creation_timestamp, "lastTransitionTime": now})),
+        })
+        .collect();
+    Some(conditions)
+}
+
+/// Whether a taint is one this controller keeps: a condition's `NoSchedule` taint, the unschedulable taint, or the
+/// `NoExecute` taint of a node not ready or unreachable.
+fn managed(taint: &Taint) -> bool {
+    match taint.effect.as_str() {
+        "NoSchedule" => taint.key == UNSCHEDULABLE || CONDITION_TAINTS.iter().any(|(_, _, key)| *key == taint.key),
+        "NoExecute" => taint.key == NOT_READY || taint.key == UNREACHABLE,
+        _ => false,
+    }
+}
+
+/// The taints `node` should carry in place of what it has, if they differ: its own taints other than those this
+/// controller manages, with those its state calls for (the ones it already has kept as they are, new ones added at
+/// `now`).
+fn taints_after(node: &Node, now: Time) -> Option<Vec<Taint>> {
+    let mut wanted: Vec<(&str, &str)> = CONDITION_TAINTS
+        .iter()
+        .filter(|(kind, status, _)| condition(node, kind).is_some_and(|c| c.status == *status))
+        .map(|(_, _, key)| (*key, "NoSchedule"))
+        .collect();
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        wanted.push((UNSCHEDULABLE, "NoSchedule"));
+    }
+    // A node with no Ready condition keeps whatever NoExecute taint it has, as upstream's pass leaves it alone.
+    let ready = condition(node, "Ready").map(|c| c.status.as_str());
+    match ready {
+        Some("False") => wanted.push((NOT_READY, "NoExecute")),
+        Some("Unknown") => wanted.push((UNREACHABLE, "NoExecute")),
+        _ => {}
+    }
+    let current: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let keep = |t: &Taint| {
+        !managed(t)
+            || wanted.contains(&(t.key.as_str(), t.effect.as_str()))
+            || (ready.is_none() && t.effect == "NoExecute")
+    };
+    let mut taints: Vec<Taint> = current.iter().filter(|t| keep(t)).cloned().collect();
+    for (key, effect) in &wanted {
+        if !taints.iter().any(|t| t.key == *key && t.effect == *effect) {
+            taints.push(Taint {
+                key: (*key).into(),
+                effect: (*effect).into(),
+                time_added: Some(now.clone()),
+                value: None,
+            });
+        }
+    }
+    (taints != current).then_some(taints)
 }
 
 /// Sets `Ready=False` on every pod bound to `node`.
@@ -135,4 +218,104 @@ async fn mark_pods_not_ready(client: &Client, node: &str) -> kube::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(conditions: serde_json::Value, spec: serde_json::Value) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": spec, "status": {"conditions": conditions}}))
+            .unwrap()
+    }
+
+    fn keys(taints: &[Taint]) -> Vec<String> {
+        taints.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect()
+    }
+
+    fn now() -> Time {
+        Time(jiff::Timestamp::from_second(1_700_000_000).unwrap())
+    }
+
+    #[test]
+    fn a_ready_node_loses_the_not_ready_taint_it_was_created_with_and_keeps_its_own() {
+        let new = node(
+            json!([{"type": "Ready", "status": "True"}, {"type": "MemoryPressure", "status": "False"}]),
+            json!({"taints": [{"key": NOT_READY, "effect": "NoSchedule"}, {"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}),
+        );
+        assert_eq!(keys(&taints_after(&new, now()).unwrap()), ["gpu:NoSchedule"]);
+        let settled = node(
+            json!([{"type": "Ready", "status": "True"}]),
+            json!({"taints": [{"key": "gpu", "effect": "NoSchedule"}]}),
+        );
+        assert_eq!(taints_after(&settled, now()), None, "nothing to write");
+    }
+
+    #[test]
+    fn each_condition_that_keeps_pods_away_is_a_taint_and_cordoning_is_one_too() {
+        let pressed = node(
+            json!([{"type": "Ready", "status": "True"}, {"type": "MemoryPressure", "status": "True"},
+                   {"type": "DiskPressure", "status": "True"}, {"type": "PIDPressure", "status": "False"}]),
+            json!({"unschedulable": true}),
+        );
+        let taints = taints_after(&pressed, now()).unwrap();
+        assert_eq!(
+            keys(&taints),
+            [
+                "node.kubernetes.io/memory-pressure:NoSchedule",
+                "node.kubernetes.io/disk-pressure:NoSchedule",
+                "node.kubernetes.io/unschedulable:NoSchedule"
+            ]
+        );
+        assert!(taints.iter().all(|t| t.time_added == Some(now())), "added taints say when");
+    }
+
+    #[test]
+    fn a_node_not_ready_or_unreachable_carries_both_effects_of_its_state_and_only_those() {
+        let unreachable = node(
+            json!([{"type": "Ready", "status": "Unknown"}]),
+            json!({"taints": [{"key": NOT_READY, "effect": "NoSchedule"}, {"key": NOT_READY, "effect": "NoExecute"}]}),
+        );
+        assert_eq!(
+            keys(&taints_after(&unreachable, now()).unwrap()),
+            ["node.kubernetes.io/unreachable:NoSchedule", "node.kubernetes.io/unreachable:NoExecute"]
+        );
+        let down = node(json!([{"type": "Ready", "status": "False"}]), json!({}));
+        assert_eq!(
+            keys(&taints_after(&down, now()).unwrap()),
+            ["node.kubernetes.io/not-ready:NoSchedule", "node.kubernetes.io/not-ready:NoExecute"]
+        );
+        let back = node(
+            json!([{"type": "Ready", "status": "True"}]),
+            json!({"taints": [{"key": UNREACHABLE, "effect": "NoSchedule"}, {"key": UNREACHABLE, "effect": "NoExecute"}]}),
+        );
+        assert_eq!(taints_after(&back, now()).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_silent_node_goes_unknown_once_and_a_node_that_never_reported_gets_the_startup_grace() {
+        let stale = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(10)).as_second();
+        let fresh = jiff::Timestamp::now().as_second();
+        let ready =
+            node(json!([{"type": "Ready", "status": "True"}, {"type": "PIDPressure", "status": "False"}]), json!({}));
+        let conditions = silenced(&ready, Some(stale), Duration::from_secs(3)).unwrap();
+        let kinds: Vec<&str> = conditions.iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]);
+        let reasons: Vec<&str> = conditions.iter().map(|c| c["reason"].as_str().unwrap()).collect();
+        assert_eq!(
+            reasons,
+            ["NodeStatusUnknown", "NodeStatusNeverUpdated", "NodeStatusNeverUpdated", "NodeStatusUnknown"]
+        );
+        assert!(conditions.iter().all(|c| c["status"] == "Unknown"));
+        assert_eq!(silenced(&ready, Some(fresh), Duration::from_secs(3)), None);
+        let unknown = node(json!([{"type": "Ready", "status": "Unknown"}]), json!({}));
+        assert_eq!(silenced(&unknown, Some(stale), Duration::from_secs(3)), None, "already Unknown");
+        let mut silent: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
+        silent.metadata.creation_timestamp = Some(Time(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(10)));
+        assert_eq!(silenced(&silent, None, Duration::from_secs(3)), None, "within the startup grace");
+        silent.metadata.creation_timestamp = Some(Time(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(61)));
+        let conditions = silenced(&silent, None, Duration::from_secs(3)).unwrap();
+        assert_eq!(conditions.len(), 4);
+        assert_eq!(conditions[0]["message"], "Kubelet never posted node status.");
+    }
 }

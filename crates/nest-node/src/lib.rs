@@ -233,7 +233,9 @@ async fn sweep(context: &Context) {
     }
 }
 
-/// Creates the Node (or takes over an existing one of this name) and reports it Ready.
+/// Creates the Node with its status, Ready, as the kubelet registers (or takes over an existing one of this name and
+/// reports it Ready). Registering with a status lets the node lifecycle controller lift the `not-ready` taint every
+/// new node gets the moment it sees the node.
 async fn register(client: &Client, options: &Options, kubelet_port: Option<u16>) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let labels = BTreeMap::from([
@@ -245,26 +247,27 @@ async fn register(client: &Client, options: &Options, kubelet_port: Option<u16>)
     let node = serde_json::from_value::<Node>(json!({
         "metadata": {"name": options.name, "labels": labels},
         "spec": {"podCIDR": options.pod_cidr, "podCIDRs": [options.pod_cidr]},
+        "status": status(options, kubelet_port),
     }))?;
     match nodes.create(&PostParams::default(), &node).await {
-        Ok(_) => {}
+        Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             let patch = json!({"metadata": {"labels": labels}, "spec": {"podCIDR": options.pod_cidr}});
             nodes.patch(&options.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            report_ready(&nodes, options, kubelet_port).await
         }
-        Err(error) => return Err(error.into()),
+        Err(error) => Err(error.into()),
     }
-    report_ready(&nodes, options, kubelet_port).await
 }
 
-/// Posts the node's status: capacity, addresses, and `Ready`.
-async fn report_ready(nodes: &Api<Node>, options: &Options, kubelet_port: Option<u16>) -> anyhow::Result<()> {
+/// The node's status: capacity, addresses, and `Ready`.
+fn status(options: &Options, kubelet_port: Option<u16>) -> serde_json::Value {
     let resources = json!({"cpu": options.cpu, "memory": options.memory, "pods": options.pods.to_string()});
     let condition = |kind: &str, status: &str, reason: &str| {
         json!({"type": kind, "status": status, "reason": reason, "lastHeartbeatTime": rfc3339_now(),
                "lastTransitionTime": rfc3339_now()})
     };
-    let status = json!({"status": {
+    json!({
         "capacity": resources, "allocatable": resources,
         "conditions": [
             condition("Ready", "True", "KubeletReady"),
@@ -279,7 +282,12 @@ async fn report_ready(nodes: &Api<Node>, options: &Options, kubelet_port: Option
             "operatingSystem": "linux", "architecture": "amd64", "osImage": format!("nest {} node", options.mode.label()),
             "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": "",
         },
-    }});
+    })
+}
+
+/// Posts the node's status.
+async fn report_ready(nodes: &Api<Node>, options: &Options, kubelet_port: Option<u16>) -> anyhow::Result<()> {
+    let status = json!({"status": status(options, kubelet_port)});
     nodes.patch_status(&options.name, &PatchParams::default(), &Patch::Merge(&status)).await?;
     Ok(())
 }

@@ -105,11 +105,12 @@ pub struct Chain {
 }
 
 /// The admission plugins nest has, by kube-apiserver's names, in the order they run (upstream's recommended order).
-pub const PLUGINS: [&str; 10] = [
+pub const PLUGINS: [&str; 11] = [
     "NamespaceLifecycle",
     "LimitRanger",
     "ServiceAccount",
     "NodeRestriction",
+    "TaintNodesByCondition",
     "PodSecurity",
     "Priority",
     "DefaultTolerationSeconds",
@@ -168,20 +169,21 @@ impl Chain {
         Chain::of(&Plugins::default(), config)
     }
 
-    /// The `plugins` that run, Pod Security configured by `config`: `LimitRanger`, `ServiceAccount`, `Priority` and
-    /// `DefaultStorageClass` mutating;
-    /// `NamespaceLifecycle`, `LimitRanger`, `ServiceAccount`, `NodeRestriction`, `PodSecurity`, then `ResourceQuota`
-    /// validating.
+    /// The `plugins` that run, Pod Security configured by `config`: `LimitRanger`, `ServiceAccount`,
+    /// `TaintNodesByCondition`, `Priority`, `DefaultTolerationSeconds`, `DefaultStorageClass` and
+    /// `StorageObjectInUseProtection` mutating; `NamespaceLifecycle`, `LimitRanger`, `ServiceAccount`,
+    /// `NodeRestriction`, `PodSecurity`, then `ResourceQuota` validating.
     pub fn of(plugins: &Plugins, config: crate::kinds::pod_security::Config) -> Chain {
         use crate::kinds::{
-            default_toleration_seconds, limit_range, namespace, node_restriction, pod_security, priority,
+            default_toleration_seconds, limit_range, namespace, node_restriction, node_taint, pod_security, priority,
             resource_quota, service_account, storage_class, storage_protection,
         };
         let mut chain = Chain::default();
         // In upstream's order (AllOrderedPlugins).
-        let mutating: [(&str, Arc<dyn Mutating>); 6] = [
+        let mutating: [(&str, Arc<dyn Mutating>); 7] = [
             ("LimitRanger", Arc::new(limit_range::LimitRanger)),
             ("ServiceAccount", Arc::new(service_account::ServiceAccount)),
+            ("TaintNodesByCondition", Arc::new(node_taint::TaintNodesByCondition)),
             ("Priority", Arc::new(priority::Priority)),
             ("DefaultTolerationSeconds", Arc::new(default_toleration_seconds::DefaultTolerationSeconds)),
             ("DefaultStorageClass", Arc::new(storage_class::DefaultStorageClass)),
@@ -250,8 +252,8 @@ mod tests {
             "ServiceAccount in enable-admission-plugins and disable-admission-plugins overlapped"
         );
         let chain = Chain::of(&off, Default::default());
-        // Five switched mutating plugins and the CSR requester, which is not a plugin one turns off.
-        assert_eq!((chain.mutating.len(), chain.validating.len()), (6, 5));
-        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (7, 6));
+        // Six switched mutating plugins and the CSR requester, which is not a plugin one turns off.
+        assert_eq!((chain.mutating.len(), chain.validating.len()), (7, 5));
+        assert_eq!((Chain::standard().mutating.len(), Chain::standard().validating.len()), (8, 6));
     }
 }

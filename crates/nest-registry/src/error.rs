@@ -115,10 +115,30 @@ impl ApiError {
     }
 
     pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<Cause>) -> ApiError {
-        let detail = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect::<Vec<_>>().join(", ");
-        let mut error =
-            ApiError::new(422, "Invalid", format!("{} \"{name}\" is invalid: {detail}", info.kind)).about(info, name);
-        error.details.kind = Some(info.kind.clone());
+        ApiError::invalid_kind(&info.group, &info.kind, name, causes)
+    }
+
+    /// A 422 as `apierrors.NewInvalid` makes it: `<Kind>.<group> "<name>" is invalid: <errors>`, where the errors
+    /// are `field: message`, once each, and bracketed when there are several; `details` name the group, kind and
+    /// name that are not empty. (A review's kind is empty: upstream decodes it into an internal type that forgets.)
+    pub fn invalid_kind(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> ApiError {
+        let mut errors: Vec<String> = Vec::new();
+        for cause in &causes {
+            let text = format!("{}: {}", cause.field, cause.message);
+            if !errors.contains(&text) {
+                errors.push(text);
+            }
+        }
+        let detail = match &errors[..] {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let mut error = ApiError::new(422, "Invalid", format!("{qualified} \"{name}\" is invalid: {detail}"));
+        let given = |text: &str| Some(text.to_string()).filter(|t| !t.is_empty());
+        error.details.group = Some(group.to_string());
+        error.details.kind = given(kind);
+        error.details.name = given(name);
         error.details.causes = causes;
         error
     }

@@ -1,7 +1,8 @@
 //! The scheduler, after kube-scheduler's default profile reduced to what nest's clusters need: every pending pod
-//! whose `schedulerName` is `default-scheduler` is bound (`pods/binding`) to a node that is Ready and schedulable,
-//! matches the pod's `nodeSelector` and required node affinity, whose taints the pod tolerates, and that has room
-//! for the pod's resource requests and one more pod. Among those it prefers the least allocated. A pod that fits
+//! whose `schedulerName` is `default-scheduler` is bound (`pods/binding`) to a node that is schedulable, matches the
+//! pod's `nodeSelector` and required node affinity, whose taints the pod tolerates, and that has room for the pod's
+//! resource requests and one more pod. As in kube-scheduler, a node's conditions count only through the taints the
+//! node lifecycle controller makes of them (a new node is `not-ready` until it reports Ready). Among those it prefers the least allocated. A pod that fits
 //! nowhere gets `PodScheduled=False` with reason `Unschedulable` and a `FailedScheduling` event, and is tried again.
 
 use std::collections::{BTreeMap, HashMap};
@@ -9,12 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Toleration};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
+use nest_client::taints;
 use serde_json::json;
 
 /// The scheduler name this scheduler serves.
@@ -162,40 +164,42 @@ fn requests(pod: &Pod) -> (f64, f64) {
 pub use nest_core::quantity::parse as quantity;
 
 /// Why a node was passed over, as kube-scheduler words it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Reason {
-    NotReady,
     Unschedulable,
     Selector,
-    Taint,
+    /// The first taint the pod does not tolerate: key and value.
+    Taint(String, String),
     Cpu,
     Memory,
     Pods,
 }
 
 impl Reason {
-    fn text(self) -> &'static str {
+    fn text(&self) -> String {
         match self {
-            Reason::NotReady => "node(s) were not ready",
-            Reason::Unschedulable => "node(s) were unschedulable",
-            Reason::Selector => "node(s) didn't match Pod's node affinity/selector",
-            Reason::Taint => "node(s) had untolerated taint(s)",
-            Reason::Cpu => "Insufficient cpu",
-            Reason::Memory => "Insufficient memory",
-            Reason::Pods => "Too many pods",
+            Reason::Unschedulable => "node(s) were unschedulable".into(),
+            Reason::Selector => "node(s) didn't match Pod's node affinity/selector".into(),
+            Reason::Taint(key, value) => format!("node(s) had untolerated taint {{{key}: {value}}}"),
+            Reason::Cpu => "Insufficient cpu".into(),
+            Reason::Memory => "Insufficient memory".into(),
+            Reason::Pods => "Too many pods".into(),
         }
     }
 }
 
+/// The reasons counted, as kube-scheduler's `FitError` words them: "<count> <reason>" sorted as text.
 fn summarize(reasons: &[Reason]) -> String {
-    let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for reason in reasons {
-        *counts.entry(*reason).or_default() += 1;
+        *counts.entry(reason.text()).or_default() += 1;
     }
     if counts.is_empty() {
         return "no nodes registered".into();
     }
-    counts.iter().map(|(reason, n)| format!("{n} {}", reason.text())).collect::<Vec<_>>().join(", ")
+    let mut counted: Vec<String> = counts.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
+    counted.sort();
+    counted.join(", ")
 }
 
 /// The node for `pod`, or why every node was passed over.
@@ -222,30 +226,27 @@ fn choose(pod: &Pod, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) -> Result<String, V
     best.map(|(_, name)| name).ok_or(reasons)
 }
 
-/// Whether `pod` fits `node`; if so, how allocated the node would be (lower is better).
+/// Whether `pod` fits `node`; if so, how allocated the node would be (lower is better). The checks run in the order
+/// of kube-scheduler's filters (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit), and the first
+/// that fails is the reason.
 fn fits(pod: &Pod, node: &Node, on_node: &[&Arc<Pod>], cpu: f64, memory: f64) -> Result<f64, Reason> {
     let status = node.status.clone().unwrap_or_default();
-    let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
-    if !ready {
-        return Err(Reason::NotReady);
-    }
     let spec = node.spec.clone().unwrap_or_default();
-    if spec.unschedulable == Some(true) {
+    let pod_spec = pod.spec.clone().unwrap_or_default();
+    let tolerations = pod_spec.tolerations.unwrap_or_default();
+    let cordoned =
+        Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Taint::default() };
+    if spec.unschedulable == Some(true) && !tolerations.iter().any(|t| taints::tolerates(t, &cordoned)) {
         return Err(Reason::Unschedulable);
     }
+    let node_taints = spec.taints.unwrap_or_default();
+    if let Some(taint) = taints::untolerated(&node_taints, &tolerations, &["NoSchedule", "NoExecute"]) {
+        return Err(Reason::Taint(taint.key.clone(), taint.value.clone().unwrap_or_default()));
+    }
     let labels = node.labels();
-    let pod_spec = pod.spec.clone().unwrap_or_default();
     if !pod_spec.node_selector.iter().flatten().all(|(k, v)| labels.get(k) == Some(v)) || !affinity_allows(pod, labels)
     {
         return Err(Reason::Selector);
-    }
-    let tolerations = pod_spec.tolerations.unwrap_or_default();
-    let untolerated = spec.taints.iter().flatten().any(|taint| {
-        matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
-            && !tolerations.iter().any(|t| tolerates(t, &taint.key, taint.value.as_deref(), &taint.effect))
-    });
-    if untolerated {
-        return Err(Reason::Taint);
     }
     let allocatable = status.allocatable.unwrap_or_default();
     let capacity = |name: &str| allocatable.get(name).map(|q| quantity(&q.0));
@@ -269,16 +270,6 @@ fn fits(pod: &Pod, node: &Node, on_node: &[&Arc<Pod>], cpu: f64, memory: f64) ->
     let fraction = |used: f64, capacity: Option<f64>| capacity.filter(|c| *c > 0.0).map_or(0.0, |c| used / c);
     let resources = fraction(used_cpu + cpu, cpu_capacity).max(fraction(used_memory + memory, memory_capacity));
     Ok(resources + (on_node.len() as f64 + 1.0) / pod_capacity / 1000.0)
-}
-
-fn tolerates(toleration: &Toleration, key: &str, value: Option<&str>, effect: &str) -> bool {
-    let effect_ok = toleration.effect.as_deref().is_none_or(|e| e.is_empty() || e == effect);
-    let key_ok = toleration.key.as_deref().is_none_or(|k| k.is_empty() || k == key);
-    let value_ok = match toleration.operator.as_deref() {
-        Some("Exists") => true,
-        _ => toleration.value.as_deref().unwrap_or("") == value.unwrap_or(""),
-    };
-    effect_ok && key_ok && value_ok
 }
 
 /// `requiredDuringSchedulingIgnoredDuringExecution`: any one term must match all its expressions.
@@ -347,5 +338,27 @@ mod tests {
         assert_eq!(choose(&nowhere, &nodes, &[]), Err(vec![Reason::Selector, Reason::Selector]));
         let huge = pod(json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]}));
         assert_eq!(summarize(&choose(&huge, &nodes, &[]).unwrap_err()), "2 Insufficient cpu");
+    }
+
+    #[test]
+    fn a_tainted_node_is_passed_over_unless_tolerated_and_the_reasons_read_as_upstreams() {
+        let mut tainted = (*node("t", json!({}), "110")).clone();
+        tainted.spec = Some(
+            serde_json::from_value(
+                json!({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}),
+            )
+            .unwrap(),
+        );
+        let mut full = (*node("f", json!({}), "0")).clone();
+        full.metadata.name = Some("f".into());
+        let nodes = vec![Arc::new(tainted), Arc::new(full)];
+        let plain = pod(json!({"containers": [{"name": "c"}]}));
+        assert_eq!(
+            summarize(&choose(&plain, &nodes, &[]).unwrap_err()),
+            "1 Too many pods, 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
+        );
+        let tolerant = pod(json!({"containers": [{"name": "c"}],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}]}));
+        assert_eq!(choose(&tolerant, &nodes, &[]), Ok("t".to_string()));
     }
 }

@@ -81,18 +81,17 @@ pub async fn ensure_virtual_node(syncer: &Syncer, tenant: &Tenant, name: &str) -
         .unwrap_or_default();
     labels.insert(VIRTUAL_NODE_LABEL.into(), "true".into());
     labels.insert("kubernetes.io/hostname".into(), name.into());
+    // Made with its status, as a kubelet registers, so that the tenant's node lifecycle controller lifts the
+    // `not-ready` taint the node is created with as soon as it sees it.
     let node = Node {
         metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..Default::default() },
+        status: super_node.as_ref().map(|super_node| status_of(syncer, tenant, super_node)),
         ..Default::default()
     };
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
         Err(error) => return Err(error),
-    }
-    if let Some(super_node) = super_node {
-        let patch = json!({"status": status_of(syncer, tenant, &super_node)});
-        nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
     renew_lease(tenant, name).await
 }

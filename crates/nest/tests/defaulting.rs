@@ -507,11 +507,6 @@ fn every_built_in_kind_is_defaulted_as_kube_apiserver_defaults_it() {
                 status.remove("acceptedNames");
             }
         }
-        if kind == "v1 Node" {
-            // Kept on purpose too: nest has no TaintNodesByCondition, whose not-ready taint the node lifecycle
-            // controller lifts once the node reports Ready; nest's nodes are schedulable when they register.
-            upstream.as_object_mut().unwrap().remove("spec");
-        }
         let mut found = Vec::new();
         differences("", &ours, &upstream, &mut found);
         if !found.is_empty() {

@@ -268,8 +268,10 @@ fn a_node_whose_agent_stops_goes_not_ready_within_the_grace_period() {
     // The Lease was last renewed up to a second before the kill; the controller looks every second.
     let took = stopped.elapsed();
     assert!(took <= std::time::Duration::from_secs(3 + 3), "NotReady after {took:?}, grace 3 s");
-    let taints = server.ok(&["get", "node", "lone", "-o", "jsonpath={.spec.taints[*].key}"]);
-    assert!(taints.contains("node.kubernetes.io/unreachable"), "{taints}");
+    let taints = || server.ok(&["get", "node", "lone", "-o", "jsonpath={range .spec.taints[*]}{.key}:{.effect} {end}"]);
+    eventually(5, "the node tainted unreachable", || {
+        taints().trim() == "node.kubernetes.io/unreachable:NoSchedule node.kubernetes.io/unreachable:NoExecute"
+    });
     eventually(20, "the pod not Ready", || pods(&server).iter().all(|(_, _, _, ready)| !ready));
 
     // Once the node is deleted, nothing will ever stop its pods: they are removed, and the ReplicaSet makes a new
@@ -280,6 +282,71 @@ fn a_node_whose_agent_stops_goes_not_ready_within_the_grace_period() {
         let now = pods(&server);
         now.len() == 1 && now[0].0 != old && now[0].1.is_empty()
     });
+}
+
+/// TaintNodesByCondition: a node is created tainted `not-ready`, and the taint goes once the node lifecycle controller
+/// sees it Ready; each condition that keeps pods away becomes a `NoSchedule` taint, as does cordoning, and the
+/// scheduler keeps pods that do not tolerate a taint off the node, saying which taint in kube-scheduler's words.
+#[test]
+fn a_nodes_conditions_become_taints_that_the_scheduler_keeps_to() {
+    let (_, storage) = backends().remove(0);
+    let server = Server::start(&storage);
+    // No controller-manager yet: the node stays as admission made it, and nothing is scheduled to it.
+    let _scheduler = Component::run(&server, &["scheduler"]);
+    let _node = Component::run(&server, &["node", "--name", "sim", "--start-delay-ms", "50"]);
+    let taints = || server.ok(&["get", "node", "sim", "-o", "jsonpath={range .spec.taints[*]}{.key}:{.effect} {end}"]);
+    eventually(30, "the node registered", || server.kubectl(&["get", "node", "sim"]).status.success());
+    let ready = server.ok(&["get", "node", "sim", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]);
+    assert_eq!(ready, "True", "the node registers Ready");
+    assert_eq!(taints().trim(), "node.kubernetes.io/not-ready:NoSchedule");
+    server.ok(&["run", "early", "--image=nginx", "--restart=Never"]);
+    let scheduled = |pod: &str| {
+        let pod = server.json(&["get", "pod", pod]);
+        let condition = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodScheduled")
+            .cloned()
+            .unwrap_or(Value::Null);
+        (pod["spec"]["nodeName"].as_str().unwrap_or_default().to_string(), condition["message"].clone())
+    };
+    eventually(20, "the pod found unschedulable", || {
+        scheduled("early").1
+            == "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
+    });
+
+    let _controllers = ControllerManager::start(&server, "cm", 15);
+    eventually(20, "the not-ready taint lifted", || taints().trim().is_empty());
+    eventually(20, "the early pod scheduled", || scheduled("early").0 == "sim");
+
+    // Memory pressure, as a kubelet reports it (a strategic merge of one condition).
+    let pressure = |status: &str| {
+        let patch = format!(r#"{{"status": {{"conditions": [{{"type": "MemoryPressure", "status": "{status}"}}]}}}}"#);
+        server.ok(&["patch", "node", "sim", "--subresource=status", "-p", &patch]);
+    };
+    pressure("True");
+    eventually(20, "the memory-pressure taint", || taints().trim() == "node.kubernetes.io/memory-pressure:NoSchedule");
+    server.ok(&["run", "pressed", "--image=nginx", "--restart=Never"]);
+    let tolerant = r#"{"spec": {"tolerations": [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]}}"#;
+    server.ok(&["run", "tolerant", "--image=nginx", "--restart=Never", "--overrides", tolerant]);
+    eventually(20, "the tolerant pod scheduled", || scheduled("tolerant").0 == "sim");
+    eventually(20, "the other found unschedulable", || {
+        scheduled("pressed").1
+            == "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/memory-pressure: }."
+    });
+    pressure("False");
+    eventually(20, "the memory-pressure taint lifted", || taints().trim().is_empty());
+    eventually(20, "the pressed pod scheduled", || scheduled("pressed").0 == "sim");
+
+    // Cordoning is a taint too, and a taint of the admin's own is left alone.
+    server.ok(&["taint", "node", "sim", "dedicated=db:NoSchedule"]);
+    server.ok(&["cordon", "sim"]);
+    eventually(20, "the unschedulable taint", || {
+        taints().trim() == "dedicated:NoSchedule node.kubernetes.io/unschedulable:NoSchedule"
+    });
+    server.ok(&["uncordon", "sim"]);
+    eventually(20, "the unschedulable taint lifted", || taints().trim() == "dedicated:NoSchedule");
 }
 
 const JOBS: &str = r#"

@@ -31,6 +31,7 @@ pub mod namespace;
 pub mod network_policy;
 pub mod node;
 pub mod node_restriction;
+pub mod node_taint;
 pub mod persistent_volume;
 pub mod pod;
 pub mod pod_security;
