@@ -203,7 +203,7 @@ fn kubectl_delete_with_finalizers_and_wait_for_delete() {
         server.apply_manifest(DEPLOYMENT);
         server.ok(&["-n", "demo", "delete", "deployment", "web", "--cascade=orphan", "--wait=false"]);
         let orphaned = server.json(&["-n", "demo", "get", "deployment", "web"]);
-        assert_eq!(orphaned["metadata"]["finalizers"], serde_json::json!(["orphan"]), "{backend}");
+        assert_eq!(orphaned["metadata"]["finalizers"], json!(["orphan"]), "{backend}");
         server.ok(&["-n", "demo", "delete", "cm", "settings", "--cascade=background"]);
         assert!(!server.kubectl(&["-n", "demo", "get", "cm", "settings"]).status.success());
 
@@ -980,5 +980,33 @@ fn kubectl_get_prints_upstreams_columns_for_every_kind() {
     assert_eq!(
         (&row[0], &row[1], &row[3], &row[4]),
         (&"viewers".into(), &"ClusterRole/view".into(), &"alice".into(), &"devs".into())
+    );
+}
+
+/// A 422 reads as `apierrors.NewInvalid` writes it: the kind qualified by its group, and several errors bracketed.
+#[test]
+fn an_invalid_object_is_a_422_worded_as_kube_apiservers() {
+    let server = Server::start(&Storage::Embedded);
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "c"}},
+                 "spec": {"containers": [{"name": "c", "image": ""}]}}}});
+    let (code, answer) = server.post_raw("/apis/apps/v1/namespaces/default/deployments", &deployment);
+    assert_eq!(code, 422);
+    let labels = r#"Invalid value: map[string]string{\"a\":\"c\"}: `selector` does not match template `labels`"#;
+    let expected = format!(
+        r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"Deployment.apps \"x\" is invalid: [spec.template.metadata.labels: {labels}, spec.template.spec.containers[0].image: Required value]","reason":"Invalid","details":{{"name":"x","group":"apps","kind":"Deployment","causes":[{{"reason":"FieldValueInvalid","message":"{labels}","field":"spec.template.metadata.labels"}},{{"reason":"FieldValueRequired","message":"Required value","field":"spec.template.spec.containers[0].image"}}]}},"code":422}}"#
+    );
+    assert_eq!(answer.trim_end(), expected);
+    // A core kind is not qualified, and one error is not bracketed.
+    let (code, answer) = server.post_raw(
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "X"}}),
+    );
+    assert_eq!(code, 422);
+    assert!(
+        answer.contains(
+            r#""message":"ConfigMap \"X\" is invalid: metadata.name: Invalid value: \"X\": a lowercase RFC 1123"#
+        ),
+        "{answer}"
     );
 }

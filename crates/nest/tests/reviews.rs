@@ -14,26 +14,8 @@ use std::process::Command;
 use common::{KUBECTL, Server, Storage};
 use serde_json::{Value, json};
 
-/// POSTs `body` to `path` as the admin: (HTTP status, body).
 fn post(server: &Server, path: &str, body: &Value) -> (u16, String) {
-    let pki = server.data_dir().join("pki");
-    let url = server.ok(&["config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"]);
-    let out = Command::new("curl")
-        .args(["-s", "-X", "POST", "-H", "Content-Type: application/json", "-w", "\n%{http_code}"])
-        .arg("--cacert")
-        .arg(pki.join("ca.crt"))
-        .arg("--cert")
-        .arg(pki.join("admin.crt"))
-        .arg("--key")
-        .arg(pki.join("admin.key"))
-        .arg("--data-binary")
-        .arg(body.to_string())
-        .arg(format!("{url}{path}"))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let (answer, code) = text.rsplit_once('\n').expect("a status code");
-    (code.parse().unwrap(), answer.to_string())
+    server.post_raw(path, body)
 }
 
 const AUTHORIZATION: &str = "/apis/authorization.k8s.io/v1";

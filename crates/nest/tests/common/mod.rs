@@ -161,6 +161,29 @@ impl Server {
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
+    /// POSTs `body` to `path` over HTTPS as the admin (curl with the admin's client certificate): the HTTP status
+    /// and the body as it came.
+    pub fn post_raw(&self, path: &str, body: &Value) -> (u16, String) {
+        let pki = self.data_dir().join("pki");
+        let url = self.ok(&["config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"]);
+        let out = Command::new("curl")
+            .args(["-s", "-X", "POST", "-H", "Content-Type: application/json", "-w", "\n%{http_code}"])
+            .arg("--cacert")
+            .arg(pki.join("ca.crt"))
+            .arg("--cert")
+            .arg(pki.join("admin.crt"))
+            .arg("--key")
+            .arg(pki.join("admin.key"))
+            .arg("--data-binary")
+            .arg(body.to_string())
+            .arg(format!("{url}{path}"))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (answer, code) = text.rsplit_once('\n').expect("a status code");
+        (code.parse().unwrap(), answer.to_string())
+    }
+
     pub fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
