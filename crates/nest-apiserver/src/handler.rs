@@ -588,6 +588,21 @@ async fn serve(
         ["apis", group] => discovery_get(discovery::api_group(&catalog, group)),
         ["apis", group, version] => discovery_get(discovery::api_resource_list(&catalog, group, version)),
         ["openapi", "v3"] => discovery_get(Some(crate::openapi::index(&catalog))),
+        ["openapi", "v2"] => {
+            let accept = request.headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
+            let protobuf = accept.contains(crate::openapi_v2::PROTOBUF);
+            let doc = openapi_document(&method, Some(crate::openapi_v2::document(&catalog, protobuf)));
+            if protobuf {
+                doc.map(|mut response| {
+                    // As kube-openapi's handler answers: Go's media-type parser refuses the `@` of the asked type.
+                    let kind = "application/octet-stream".parse().expect("a header value");
+                    response.headers_mut().insert("content-type", kind);
+                    response
+                })
+            } else {
+                doc
+            }
+        }
         [".well-known", "openid-configuration"] => {
             discovery_get(Some(state.service_accounts.discovery(&state.address)))
         }

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod logs;
 pub mod node_authz;
 pub mod openapi;
+mod openapi_v2;
 pub mod protobuf;
 pub mod reviews;
 pub mod table;

@@ -234,6 +234,16 @@ fn describe<T: JsonSchema>() -> (String, Map<String, Value>) {
         {
             schema.insert("x-kubernetes-map-type".into(), "atomic".into());
         }
+        // The Rust types hold `metadata` whether or not it is given; Go's are `omitempty`, so upstream's schemas
+        // never require it — except core v1 Event's, whose tag has no `omitempty`.
+        if definition != "io.k8s.api.core.v1.Event"
+            && let Some(required) = schema.get_mut("required").and_then(Value::as_array_mut)
+        {
+            required.retain(|field| field != "metadata");
+            if required.is_empty() {
+                schema.as_object_mut().expect("a schema with a required list is an object").remove("required");
+            }
+        }
     }
     (name.to_string(), definitions)
 }
@@ -284,6 +294,17 @@ fn strip(schema: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_is_required_where_go_writes_it_without_omitempty_only() {
+        let required = |group: &str, kind: &str| {
+            let (root, definitions) = published(group, "v1", kind).unwrap();
+            definitions[&root].get("required").cloned().unwrap_or_default()
+        };
+        assert_eq!(required("authorization.k8s.io", "SelfSubjectAccessReview"), serde_json::json!(["spec"]));
+        assert_eq!(required("apps", "Deployment"), Value::Null);
+        assert_eq!(required("", "Event"), serde_json::json!(["involvedObject", "metadata"]));
+    }
 
     #[test]
     fn a_deployment_schema_reaches_the_pod_template() {

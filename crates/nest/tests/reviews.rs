@@ -223,6 +223,17 @@ fn rules_self_and_token_reviews_answer_as_kube_apiserver_does() {
         400,
         r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"token is required for TokenReview in authentication","reason":"BadRequest","code":400}"#,
     );
+    // `kubectl create -f` of a review: kubectl finds no PATCH for the kind in /openapi/v3, so it reads /openapi/v2
+    // (protobuf) and validates on the client, as against kube-apiserver — a field the kind lacks is refused there.
+    let review = r#"{"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                     "spec": {"resourceAttributes": {"verb": "get", "resource": "pods", "namespace": "default"}}}"#;
+    let answer: Value =
+        serde_json::from_str(&server.ok_with_input(&["create", "-f", "-", "-o", "json"], review)).unwrap();
+    assert_eq!(answer["status"], json!({"allowed": true}));
+    let bogus = review.replace(r#""verb": "get""#, r#""verb": "get", "bogus": 1"#);
+    let out = server.kubectl_with_input(&["create", "-f", "-"], Some(&bogus));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(r#"unknown field "bogus" in io.k8s.api.authorization.v1.ResourceAttributes"#), "{said}");
     // kubectl's own way in keeps working.
     let who = Command::new(KUBECTL)
         .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])

@@ -148,6 +148,13 @@ impl Server {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Runs kubectl with `input` on its standard input and returns its standard output, failing the test if it fails.
+    pub fn ok_with_input(&self, args: &[&str], input: &str) -> String {
+        let out = self.kubectl_with_input(args, Some(input));
+        assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     pub fn apply_manifest(&self, manifest: &str) -> String {
         let out = self.kubectl_with_input(&["create", "-f", "-"], Some(manifest));
         assert!(out.status.success(), "kubectl create -f failed: {}", String::from_utf8_lossy(&out.stderr));
