@@ -10,7 +10,8 @@
 //! - [`replicaset`]: pods for every ReplicaSet and ReplicationController;
 //! - [`deployment`]: ReplicaSets for every Deployment, rolled from one template to the next;
 //! - [`garbage`]: the garbage collector (owner references, foreground and orphan deletion);
-//! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady and tainted;
+//! - [`nodelifecycle`]: nodes that stop renewing their Lease become NotReady; conditions become taints;
+//! - [`taint_eviction`]: pods that do not tolerate their node's `NoExecute` taints (for long) are deleted;
 //! - [`job`]: pods for every Job until it completes or fails;
 //! - [`endpoints`]: Endpoints and EndpointSlices for every Service with a selector;
 //! - [`daemonset`]: one pod per eligible node for every DaemonSet;
@@ -37,6 +38,7 @@ pub mod protection;
 pub mod replicaset;
 pub mod serviceaccount;
 pub mod statefulset;
+pub mod taint_eviction;
 pub mod volumes;
 
 /// The reference a controller puts on what it creates: it is the controller, and a foreground deletion of it waits
@@ -186,6 +188,7 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
             deployment::run(client.clone()),
             garbage::run(client.clone()),
             nodelifecycle::run(client.clone(), node_grace),
+            taint_eviction::run(client.clone()),
             job::run(client.clone()),
             endpoints::run(client.clone()),
             daemonset::run(client.clone()),

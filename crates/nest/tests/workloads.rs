@@ -284,6 +284,63 @@ fn a_node_whose_agent_stops_goes_not_ready_within_the_grace_period() {
     });
 }
 
+/// Taint-based eviction: once a node is unreachable, a pod that tolerates that for 2 s is deleted after 2 s (marked
+/// `DisruptionTarget`, with a `TaintManagerEviction` event) and its ReplicaSet makes another, while a pod that
+/// tolerates it for ever stays.
+#[test]
+fn pods_on_an_unreachable_node_are_evicted_once_their_toleration_runs_out() {
+    let (_, storage) = backends().remove(0);
+    let server = Server::start(&storage);
+    let _controllers = Component::run(
+        &server,
+        &["controller-manager", "--identity", "cm", "--node-monitor-grace-period-seconds", "3"],
+    );
+    let _scheduler = Component::run(&server, &["scheduler"]);
+    let mut node =
+        Component::run(&server, &["node", "--name", "lone", "--lease-seconds", "1", "--start-delay-ms", "50"]);
+    let deployment = |name: &str, seconds: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  \
+             template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers: [{{name: c, image: nginx}}]\n      \
+             tolerations: [{{key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute{seconds}}}]\n"
+        )
+    };
+    server.apply_manifest(&deployment("brief", ", tolerationSeconds: 2"));
+    server.apply_manifest(&deployment("steady", ""));
+    let pods_of =
+        |app: &str| server.json(&["get", "pods", "-l", &format!("app={app}")])["items"].as_array().cloned().unwrap();
+    let running = |app: &str| pods_of(app).iter().any(|p| p["status"]["phase"] == "Running");
+    eventually(30, "both pods running", || running("brief") && running("steady"));
+    let brief = pods_of("brief")[0]["metadata"]["name"].as_str().unwrap().to_string();
+
+    node.kill();
+    eventually(30, "the brief pod evicted and replaced", || {
+        let pods = pods_of("brief");
+        let old = pods.iter().find(|p| p["metadata"]["name"] == brief.as_str());
+        let marked = old.is_none_or(|p| {
+            p["metadata"]["deletionTimestamp"].is_string()
+                && p["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
+                    c["type"] == "DisruptionTarget" && c["reason"] == "DeletionByTaintManager" && c["status"] == "True"
+                })
+        });
+        marked && pods.iter().any(|p| p["metadata"]["name"] != brief.as_str())
+    });
+    let events = server.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={brief}"),
+        "-o",
+        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+    ]);
+    assert!(events.contains(&format!("TaintManagerEviction: Marking for deletion Pod default/{brief}")), "{events}");
+    let steady = pods_of("steady");
+    assert!(
+        steady.len() == 1 && steady[0]["metadata"]["deletionTimestamp"].is_null(),
+        "the steady pod stays: {steady:?}"
+    );
+}
+
 /// TaintNodesByCondition: a node is created tainted `not-ready`, and the taint goes once the node lifecycle controller
 /// sees it Ready; each condition that keeps pods away becomes a `NoSchedule` taint, as does cordoning, and the
 /// scheduler keeps pods that do not tolerate a taint off the node, saying which taint in kube-scheduler's words.

@@ -1,0 +1,179 @@
+//! Taint-based eviction, after kube-controller-manager's `taint-eviction-controller` (`pkg/controller/tainteviction`,
+//! 1.33): a pod bound to a node with `NoExecute` taints is deleted at once if it does not tolerate one of them, after
+//! the shortest `tolerationSeconds` of the tolerations it uses if they all end (counted from when this controller
+//! first saw it so), and never if one of them does not. Before deleting it, the pod gets the `DisruptionTarget`
+//! condition (`DeletionByTaintManager`) and a `TaintManagerEviction` event; an eviction that is no longer due (the
+//! taint lifted) is cancelled with another.
+//!
+//! With the node lifecycle controller's `not-ready` and `unreachable` taints and the DefaultTolerationSeconds
+//! admission plugin's 300 s, this is what moves the pods of a lost node elsewhere after five minutes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+/// How often pods are looked at besides when a watch reports a change.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// What the pods on NoExecute-tainted nodes call for.
+#[derive(Debug, PartialEq)]
+enum Due {
+    /// Nothing: no NoExecute taint, or one tolerated for ever.
+    Never,
+    /// Deletion after this long.
+    After(Duration),
+}
+
+/// When a pod with `tolerations` must go from a node with `taints`: at once for a NoExecute taint it does not
+/// tolerate; else after the shortest `tolerationSeconds` among the tolerations its NoExecute taints use (at once if
+/// one is zero or less; those without a limit do not count), and never if none of them has a limit — upstream's
+/// `getMinTolerationTime`.
+fn due(taints: &[Taint], tolerations: &[Toleration]) -> Due {
+    let no_execute: Vec<&Taint> = taints.iter().filter(|t| t.effect == "NoExecute").collect();
+    if no_execute.is_empty() {
+        return Due::Never;
+    }
+    let mut shortest: Option<i64> = None;
+    for taint in no_execute {
+        let used: Vec<&Toleration> = tolerations.iter().filter(|t| nest_client::taints::tolerates(t, taint)).collect();
+        if used.is_empty() {
+            return Due::After(Duration::ZERO);
+        }
+        for seconds in used.iter().filter_map(|t| t.toleration_seconds) {
+            shortest = Some(shortest.map_or(seconds, |s| s.min(seconds)));
+        }
+    }
+    shortest.map_or(Due::Never, |seconds| Due::After(Duration::from_secs(seconds.max(0) as u64)))
+}
+
+/// Runs the controller until the task is dropped.
+pub async fn run(client: Client) {
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let (poke_nodes, poke_pods) = (changed.clone(), changed.clone());
+    let backoff = || kube::runtime::watcher::DefaultBackoff::default();
+    let (nodes, node_feed) =
+        nest_client::cache_then(Api::<Node>::all(client.clone()), Default::default(), backoff(), move |_| {
+            poke_nodes.notify_one()
+        });
+    let bound = kube::runtime::watcher::Config::default().fields("spec.nodeName!=");
+    let (pods, pod_feed) =
+        nest_client::cache_then(Api::<Pod>::all(client.clone()), bound, backoff(), move |_| poke_pods.notify_one());
+    let events = nest_client::events::Recorder::new(client.clone(), "taint-eviction-controller", None);
+    let evicting = async {
+        if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
+            return;
+        }
+        // Pods whose deletion is due, by uid: when it is due.
+        let mut scheduled: HashMap<String, Instant> = HashMap::new();
+        loop {
+            let mut seen = Vec::new();
+            for pod in pods.state() {
+                if pod.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let uid = pod.uid().unwrap_or_default();
+                let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                let node = nodes.get(&ObjectRef::new(&node_name));
+                let taints = node.and_then(|n| n.spec.clone()).and_then(|s| s.taints).unwrap_or_default();
+                let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+                let at = match due(&taints, &tolerations) {
+                    Due::Never => {
+                        if scheduled.remove(&uid).is_some() {
+                            let message = format!(
+                                "Cancelling deletion of Pod {}/{}",
+                                pod.namespace().unwrap_or_default(),
+                                pod.name_any()
+                            );
+                            events.about(&*pod, "Normal", "TaintManagerEviction", message);
+                        }
+                        continue;
+                    }
+                    Due::After(after) => *scheduled.entry(uid.clone()).or_insert_with(|| Instant::now() + after),
+                };
+                seen.push(uid.clone());
+                if Instant::now() >= at {
+                    match evict(&client, &events, &pod).await {
+                        Ok(()) => {
+                            scheduled.remove(&uid);
+                        }
+                        Err(error) => tracing::debug!(%error, pod = %pod.name_any(), "evicting a pod"),
+                    }
+                }
+            }
+            scheduled.retain(|uid, _| seen.contains(uid));
+            tokio::select! {
+                () = changed.notified() => {}
+                () = tokio::time::sleep(EVERY) => {}
+            }
+        }
+    };
+    tokio::join!(node_feed, pod_feed, evicting);
+}
+
+/// Marks `pod` as disrupted by a NoExecute taint, says so, and deletes it.
+async fn evict(client: &Client, events: &nest_client::events::Recorder, pod: &Pod) -> kube::Result<()> {
+    let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+    tracing::info!(pod = %name, %namespace, "deleting a pod for a NoExecute taint it does not tolerate");
+    events.about(pod, "Normal", "TaintManagerEviction", format!("Marking for deletion Pod {namespace}/{name}"));
+    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let condition = json!({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+                           "message": "Taint manager: deleting due to NoExecute taint",
+                           "lastTransitionTime": nest_core::clock::rfc3339_now()});
+    let patch = json!({"status": {"conditions": [condition]}});
+    nest_client::done_unless_refused(
+        api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await,
+    )?;
+    let only_this = DeleteParams {
+        preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
+        ..Default::default()
+    };
+    nest_client::done_unless_refused(api.delete(&name, &only_this).await)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint { key: key.into(), effect: effect.into(), ..Default::default() }
+    }
+
+    fn toleration(key: &str, seconds: Option<i64>) -> Toleration {
+        Toleration {
+            key: Some(key.into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            toleration_seconds: seconds,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_goes_at_once_after_its_shortest_toleration_or_never() {
+        let unreachable = [taint("node.kubernetes.io/unreachable", "NoExecute")];
+        let five_minutes = toleration("node.kubernetes.io/unreachable", Some(300));
+        assert_eq!(due(&[], &[]), Due::Never, "no taint");
+        assert_eq!(due(&[taint("gpu", "NoSchedule")], &[]), Due::Never, "NoSchedule evicts nothing");
+        assert_eq!(due(&unreachable, &[]), Due::After(Duration::ZERO), "not tolerated");
+        assert_eq!(due(&unreachable, std::slice::from_ref(&five_minutes)), Due::After(Duration::from_secs(300)));
+        let both = [five_minutes.clone(), toleration("", Some(30))];
+        assert_eq!(due(&unreachable, &both), Due::After(Duration::from_secs(30)), "the shortest of those used");
+        let ever = toleration("node.kubernetes.io/unreachable", None);
+        assert_eq!(due(&unreachable, std::slice::from_ref(&ever)), Due::Never, "tolerated for ever");
+        let both = [five_minutes.clone(), ever];
+        assert_eq!(due(&unreachable, &both), Due::After(Duration::from_secs(300)), "a limit counts, none does not");
+        assert_eq!(
+            due(&unreachable, &[toleration("node.kubernetes.io/unreachable", Some(-5))]),
+            Due::After(Duration::ZERO)
+        );
+        let two = [unreachable[0].clone(), taint("dedicated", "NoExecute")];
+        assert_eq!(due(&two, &[five_minutes]), Due::After(Duration::ZERO), "one taint not tolerated");
+    }
+}
