@@ -8,9 +8,10 @@
 //!
 //! The translation is upstream's: `#/components/schemas/X` references become `#/definitions/X`; a request body is a
 //! `body` parameter and each parameter's `schema.type` its own `type`; an int-or-string is `type: string` with
-//! `format: int-or-string`; what Swagger 2.0 cannot say (`nullable`, `anyOf`, `oneOf`, `not`, and the shape of a
-//! custom resource's field that keeps unknown fields) is left out, which leaves the value unconstrained rather than
-//! wrongly constrained.
+//! `format: int-or-string`; what Swagger 2.0 cannot say (`anyOf`, `oneOf`, `not`, the type of a `nullable` field,
+//! and the shape of a custom resource's field that keeps unknown fields) is left out, which leaves the value
+//! unconstrained rather than wrongly constrained. Built-in definitions come first, so a custom resource cannot take
+//! one's name.
 
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -52,15 +53,25 @@ pub fn document(catalog: &Catalog, protobuf: bool) -> Arc<Vec<u8>> {
 fn swagger(catalog: &Catalog, index: &Value) -> Value {
     let mut paths = Map::new();
     let mut definitions = Map::new();
-    for path in index["paths"].as_object().into_iter().flat_map(|p| p.keys()) {
-        let (group, version) = match path.split('/').collect::<Vec<_>>()[..] {
-            ["api", version] => ("", version),
-            ["apis", group, version] => (group, version),
-            _ => continue,
-        };
+    let mut group_versions: Vec<(&str, &str, bool)> = index["paths"]
+        .as_object()
+        .into_iter()
+        .flat_map(|p| p.keys())
+        .filter_map(|path| {
+            let (group, version) = match path.split('/').collect::<Vec<_>>()[..] {
+                ["api", version] => ("", version),
+                ["apis", group, version] => (group, version),
+                _ => return None,
+            };
+            let custom = catalog.resources().iter().any(|r| r.custom && r.group == group && r.version == version);
+            Some((group, version, custom))
+        })
+        .collect();
+    // Built-in group-versions first: a custom resource's definition never takes the name of a built-in one.
+    group_versions.sort_by_key(|(_, _, custom)| *custom);
+    for (group, version, custom) in group_versions {
         let Some(bytes) = crate::openapi::document(catalog, group, version) else { continue };
         let Ok(v3) = serde_json::from_slice::<Value>(&bytes) else { continue };
-        let custom = catalog.resources().iter().any(|r| r.custom && r.group == group && r.version == version);
         for (name, schema) in v3["components"]["schemas"].as_object().into_iter().flatten() {
             definitions.entry(name.clone()).or_insert_with(|| definition(schema, custom));
         }
@@ -121,6 +132,12 @@ fn definition(schema: &Value, custom: bool) -> Value {
             _ => {
                 out.insert(key.clone(), value.clone());
             }
+        }
+    }
+    if fields.get("nullable") == Some(&json!(true)) {
+        // Swagger 2.0 cannot say "or null": a typed field would refuse the null it allows, so it says no type.
+        for key in ["type", "items", "properties"] {
+            out.remove(key);
         }
     }
     if out.get("x-kubernetes-int-or-string") == Some(&json!(true)) {

@@ -27,22 +27,27 @@ pub async fn run(client: Client) {
     crate::run_owning::<DaemonSet, Pod, _, _>(client, reconcile, "daemonset-controller").await;
 }
 
-/// The tolerations kube-controller-manager adds to every daemon pod.
-fn daemon_tolerations() -> Vec<Toleration> {
+/// The tolerations kube-controller-manager adds to every daemon pod, and to one on the host's network, which does not
+/// need the node's pod network, `network-unavailable` too.
+fn daemon_tolerations(host_network: bool) -> Vec<Toleration> {
     let toleration = |key: &str, effect: &str| Toleration {
         key: Some(key.into()),
         operator: Some("Exists".into()),
         effect: Some(effect.into()),
         ..Default::default()
     };
-    vec![
+    let mut tolerations = vec![
         toleration("node.kubernetes.io/not-ready", "NoExecute"),
         toleration("node.kubernetes.io/unreachable", "NoExecute"),
         toleration("node.kubernetes.io/disk-pressure", "NoSchedule"),
         toleration("node.kubernetes.io/memory-pressure", "NoSchedule"),
         toleration("node.kubernetes.io/pid-pressure", "NoSchedule"),
         toleration("node.kubernetes.io/unschedulable", "NoSchedule"),
-    ]
+    ];
+    if host_network {
+        tolerations.push(toleration("node.kubernetes.io/network-unavailable", "NoSchedule"));
+    }
+    tolerations
 }
 
 /// Whether the daemon pod described by `template` belongs on `node`.
@@ -53,7 +58,7 @@ fn eligible(set: &DaemonSet, node: &Node) -> bool {
         return false;
     }
     let mut tolerations = spec.tolerations.unwrap_or_default();
-    tolerations.extend(daemon_tolerations());
+    tolerations.extend(daemon_tolerations(spec.host_network == Some(true)));
     let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
     nest_client::taints::untolerated(&taints, &tolerations, &["NoSchedule", "NoExecute"]).is_none()
 }
@@ -116,7 +121,7 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
         let mut pod_spec = template.spec.clone().unwrap_or_default();
         pod_spec.node_name = Some((*node).clone());
         let mut tolerations = pod_spec.tolerations.take().unwrap_or_default();
-        tolerations.extend(daemon_tolerations());
+        tolerations.extend(daemon_tolerations(pod_spec.host_network == Some(true)));
         pod_spec.tolerations = Some(tolerations);
         let pod =
             crate::pod_from_template(&*set, &template, &[(GENERATION_LABEL, generation.as_str())], Some(pod_spec));

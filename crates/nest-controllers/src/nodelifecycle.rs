@@ -64,8 +64,9 @@ pub async fn run(client: Client, grace: Duration) {
         if nodes.wait_until_ready().await.is_err() || leases.wait_until_ready().await.is_err() {
             return;
         }
+        let mut disrupted = false;
         loop {
-            if let Err(error) = pass(&client, &nodes.state(), &leases.state(), grace).await {
+            if let Err(error) = pass(&client, &nodes.state(), &leases.state(), grace, &mut disrupted).await {
                 tracing::debug!(%error, "node lifecycle");
             }
             tokio::select! {
@@ -85,42 +86,88 @@ fn condition<'a>(node: &'a Node, kind: &str) -> Option<&'a NodeCondition> {
     node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)
 }
 
-/// Looks at every node once: `known` nodes and `leases` as the caches hold them.
-async fn pass(client: &Client, known: &[Arc<Node>], leases: &[Arc<Lease>], grace: Duration) -> kube::Result<()> {
+/// Looks at every node once: `known` nodes and `leases` as the caches hold them. `disrupted` says whether every
+/// node was down at the last pass (upstream's "master disruption mode"), and is kept up to date.
+async fn pass(
+    client: &Client,
+    known: &[Arc<Node>],
+    leases: &[Arc<Lease>],
+    grace: Duration,
+    disrupted: &mut bool,
+) -> kube::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let renewals: HashMap<String, i64> = leases
         .iter()
         .filter_map(|l| Some((l.name_any(), l.spec.as_ref()?.renew_time.as_ref()?.0.as_second())))
         .collect();
-    for node in known {
-        let name = node.name_any();
-        let mut node = (**node).clone();
-        if let Some(silenced) = silenced(&node, renewals.get(&name).copied(), grace) {
-            tracing::info!(node = %name, "node stopped posting its status: marking it Unknown");
-            let patch = json!({"status": {"conditions": silenced}});
-            node = nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await?;
-            mark_pods_not_ready(client, &name).await?;
+    let silent: Vec<Option<Vec<serde_json::Value>>> =
+        known.iter().map(|node| silenced(node, renewals.get(&node.name_any()).copied(), grace)).collect();
+    // When no node is Ready, the trouble is more likely this side's (the network, the control plane) than every
+    // node's: as upstream, no node is then tainted NoExecute, so nothing is evicted, and those taints are lifted.
+    let all_down = !known.is_empty()
+        && known
+            .iter()
+            .zip(&silent)
+            .all(|(node, silent)| silent.is_some() || condition(node, "Ready").is_none_or(|c| c.status != "True"));
+    if all_down != *disrupted {
+        if all_down {
+            tracing::info!("every node is not Ready: entering disruption mode, no NoExecute taints");
+        } else {
+            tracing::info!("a node is Ready again: leaving disruption mode");
         }
-        let now = Time(jiff::Timestamp::from_second(seconds_now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
-        if let Some(taints) = taints_after(&node, now) {
-            // Against the version read, so a taint someone else set meanwhile is never overwritten: the next pass
-            // sees it.
-            let patch = json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": taints}});
-            let written = nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
-            nest_client::done_unless_gone_or_changed(written)?;
+        *disrupted = all_down;
+    }
+    for (node, silenced) in known.iter().zip(silent) {
+        let name = node.name_any();
+        if let Err(error) = look_at(client, &nodes, node, silenced, all_down).await {
+            tracing::debug!(%error, node = %name, "node lifecycle");
         }
     }
     Ok(())
 }
 
-/// The conditions (as a strategic merge patch's list) that say `node` went silent, if it did: its Lease last
-/// renewed at `renewed` (seconds), or never, longer than `grace` ago — or, for a node that never posted a status, the
-/// startup grace period after it was created.
+/// Marks `node` Unknown with the `silenced` conditions, if it went silent, and gives it the taints its state calls for.
+async fn look_at(
+    client: &Client,
+    nodes: &Api<Node>,
+    node: &Node,
+    silenced: Option<Vec<serde_json::Value>>,
+    disrupted: bool,
+) -> kube::Result<()> {
+    let name = node.name_any();
+    let mut node = node.clone();
+    if let Some(silenced) = silenced {
+        tracing::info!(node = %name, "node stopped posting its status: marking it Unknown");
+        // Against the version read, so that a status the node has just posted is never overwritten.
+        let patch =
+            json!({"metadata": {"resourceVersion": node.resource_version()}, "status": {"conditions": silenced}});
+        match nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+            Ok(written) => node = written,
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => return Ok(()),
+            Err(error) => return Err(error),
+        }
+        mark_pods_not_ready(client, &name).await?;
+    }
+    let now = Time(jiff::Timestamp::from_second(seconds_now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
+    if let Some(taints) = taints_after(&node, now, disrupted) {
+        // Against the version read, so a taint someone else set meanwhile is never overwritten: the next pass
+        // sees it.
+        let patch = json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": taints}});
+        let written = nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+        nest_client::done_unless_gone_or_changed(written)?;
+    }
+    Ok(())
+}
+
+/// The conditions (as a strategic merge patch's list) that say `node` went silent, if it did: neither its Lease
+/// (renewed at `renewed`, seconds) nor its Ready condition's heartbeat is newer than `grace` ago — both count, as
+/// upstream's probe — or, for a node that never posted a status, the startup grace period after it was created.
 fn silenced(node: &Node, renewed: Option<i64>, grace: Duration) -> Option<Vec<serde_json::Value>> {
     let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0);
     let ready = condition(node, "Ready");
     let grace = if ready.is_some() { grace } else { STARTUP_GRACE.max(grace) };
-    let last = renewed.unwrap_or(created);
+    let heartbeat = ready.and_then(|c| c.last_heartbeat_time.as_ref()).map(|t| t.0.as_second());
+    let last = renewed.unwrap_or(created).max(heartbeat.unwrap_or(0));
     if seconds_now() - last <= grace.as_secs() as i64 || ready.is_some_and(|c| c.status == "Unknown") {
         return None;
     }
@@ -152,8 +199,8 @@ fn managed(taint: &Taint) -> bool {
 
 /// The taints `node` should carry in place of what it has, if they differ: its own taints other than those this
 /// controller manages, with those its state calls for (the ones it already has kept as they are, new ones added at
-/// `now`).
-fn taints_after(node: &Node, now: Time) -> Option<Vec<Taint>> {
+/// `now`) — no NoExecute ones while every node is down (`disrupted`).
+fn taints_after(node: &Node, now: Time, disrupted: bool) -> Option<Vec<Taint>> {
     let mut wanted: Vec<(&str, &str)> = CONDITION_TAINTS
         .iter()
         .filter(|(kind, status, _)| condition(node, kind).is_some_and(|c| c.status == *status))
@@ -165,6 +212,7 @@ fn taints_after(node: &Node, now: Time) -> Option<Vec<Taint>> {
     // A node with no Ready condition keeps whatever NoExecute taint it has, as upstream's pass leaves it alone.
     let ready = condition(node, "Ready").map(|c| c.status.as_str());
     match ready {
+        _ if disrupted => {}
         Some("False") => wanted.push((NOT_READY, "NoExecute")),
         Some("Unknown") => wanted.push((UNREACHABLE, "NoExecute")),
         _ => {}
@@ -173,7 +221,7 @@ fn taints_after(node: &Node, now: Time) -> Option<Vec<Taint>> {
     let keep = |t: &Taint| {
         !managed(t)
             || wanted.contains(&(t.key.as_str(), t.effect.as_str()))
-            || (ready.is_none() && t.effect == "NoExecute")
+            || (ready.is_none() && !disrupted && t.effect == "NoExecute")
     };
     let mut taints: Vec<Taint> = current.iter().filter(|t| keep(t)).cloned().collect();
     for (key, effect) in &wanted {
@@ -243,12 +291,12 @@ mod tests {
             json!([{"type": "Ready", "status": "True"}, {"type": "MemoryPressure", "status": "False"}]),
             json!({"taints": [{"key": NOT_READY, "effect": "NoSchedule"}, {"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}),
         );
-        assert_eq!(keys(&taints_after(&new, now()).unwrap()), ["gpu:NoSchedule"]);
+        assert_eq!(keys(&taints_after(&new, now(), false).unwrap()), ["gpu:NoSchedule"]);
         let settled = node(
             json!([{"type": "Ready", "status": "True"}]),
             json!({"taints": [{"key": "gpu", "effect": "NoSchedule"}]}),
         );
-        assert_eq!(taints_after(&settled, now()), None, "nothing to write");
+        assert_eq!(taints_after(&settled, now(), false), None, "nothing to write");
     }
 
     #[test]
@@ -258,7 +306,7 @@ mod tests {
                    {"type": "DiskPressure", "status": "True"}, {"type": "PIDPressure", "status": "False"}]),
             json!({"unschedulable": true}),
         );
-        let taints = taints_after(&pressed, now()).unwrap();
+        let taints = taints_after(&pressed, now(), false).unwrap();
         assert_eq!(
             keys(&taints),
             [
@@ -277,19 +325,24 @@ mod tests {
             json!({"taints": [{"key": NOT_READY, "effect": "NoSchedule"}, {"key": NOT_READY, "effect": "NoExecute"}]}),
         );
         assert_eq!(
-            keys(&taints_after(&unreachable, now()).unwrap()),
+            keys(&taints_after(&unreachable, now(), false).unwrap()),
             ["node.kubernetes.io/unreachable:NoSchedule", "node.kubernetes.io/unreachable:NoExecute"]
         );
         let down = node(json!([{"type": "Ready", "status": "False"}]), json!({}));
         assert_eq!(
-            keys(&taints_after(&down, now()).unwrap()),
+            keys(&taints_after(&down, now(), false).unwrap()),
             ["node.kubernetes.io/not-ready:NoSchedule", "node.kubernetes.io/not-ready:NoExecute"]
         );
         let back = node(
             json!([{"type": "Ready", "status": "True"}]),
             json!({"taints": [{"key": UNREACHABLE, "effect": "NoSchedule"}, {"key": UNREACHABLE, "effect": "NoExecute"}]}),
         );
-        assert_eq!(taints_after(&back, now()).unwrap(), vec![]);
+        assert_eq!(taints_after(&back, now(), false).unwrap(), vec![]);
+        // With every node down, no NoExecute taint is given, and those there are lifted.
+        assert_eq!(
+            keys(&taints_after(&unreachable, now(), true).unwrap()),
+            ["node.kubernetes.io/unreachable:NoSchedule"]
+        );
     }
 
     #[test]
@@ -308,6 +361,14 @@ mod tests {
         );
         assert!(conditions.iter().all(|c| c["status"] == "Unknown"));
         assert_eq!(silenced(&ready, Some(fresh), Duration::from_secs(3)), None);
+        let mut posting = ready.clone();
+        posting.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_heartbeat_time =
+            Some(Time(jiff::Timestamp::now()));
+        assert_eq!(
+            silenced(&posting, Some(stale), Duration::from_secs(3)),
+            None,
+            "a fresh status heartbeat counts too"
+        );
         let unknown = node(json!([{"type": "Ready", "status": "Unknown"}]), json!({}));
         assert_eq!(silenced(&unknown, Some(stale), Duration::from_secs(3)), None, "already Unknown");
         let mut silent: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();

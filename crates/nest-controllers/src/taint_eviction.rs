@@ -8,7 +8,7 @@
 //! With the node lifecycle controller's `not-ready` and `unreachable` taints and the DefaultTolerationSeconds
 //! admission plugin's 300 s, this is what moves the pods of a lost node elsewhere after five minutes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,10 +30,10 @@ enum Due {
     After(Duration),
 }
 
-/// When a pod with `tolerations` must go from a node with `taints`: at once for a NoExecute taint it does not
-/// tolerate; else after the shortest `tolerationSeconds` among the tolerations its NoExecute taints use (at once if
-/// one is zero or less; those without a limit do not count), and never if none of them has a limit — upstream's
-/// `getMinTolerationTime`.
+/// When a pod with `tolerations` must go from a node with `taints`, as upstream's `GetMatchingTolerations` and
+/// `getMinTolerationTime` decide: at once for a NoExecute taint it does not tolerate; else each taint uses the first
+/// toleration that matches it, and the pod goes after the shortest `tolerationSeconds` among those used (at once if
+/// one is zero or less; those without a limit do not count), never if none of them has a limit.
 fn due(taints: &[Taint], tolerations: &[Toleration]) -> Due {
     let no_execute: Vec<&Taint> = taints.iter().filter(|t| t.effect == "NoExecute").collect();
     if no_execute.is_empty() {
@@ -41,16 +41,25 @@ fn due(taints: &[Taint], tolerations: &[Toleration]) -> Due {
     }
     let mut shortest: Option<i64> = None;
     for taint in no_execute {
-        let used: Vec<&Toleration> = tolerations.iter().filter(|t| nest_client::taints::tolerates(t, taint)).collect();
-        if used.is_empty() {
+        let Some(used) = tolerations.iter().find(|t| nest_client::taints::tolerates(t, taint)) else {
             return Due::After(Duration::ZERO);
-        }
-        for seconds in used.iter().filter_map(|t| t.toleration_seconds) {
+        };
+        if let Some(seconds) = used.toleration_seconds {
             shortest = Some(shortest.map_or(seconds, |s| s.min(seconds)));
         }
     }
     shortest.map_or(Due::Never, |seconds| Due::After(Duration::from_secs(seconds.max(0) as u64)))
 }
+
+/// A pod whose deletion is due: since when its tolerations count (when this controller first saw it due, as
+/// upstream keeps a scheduled eviction's start), and when its deletion was last asked for.
+struct Scheduled {
+    since: Instant,
+    tried: Option<Instant>,
+}
+
+/// How long a refused deletion waits before it is asked for again.
+const RETRY: Duration = Duration::from_secs(10);
 
 /// Runs the controller until the task is dropped.
 pub async fn run(client: Client) {
@@ -69,10 +78,10 @@ pub async fn run(client: Client) {
         if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
             return;
         }
-        // Pods whose deletion is due, by uid: when it is due.
-        let mut scheduled: HashMap<String, Instant> = HashMap::new();
+        let mut scheduled: HashMap<String, Scheduled> = HashMap::new();
         loop {
-            let mut seen = Vec::new();
+            let now = Instant::now();
+            let mut seen = HashSet::new();
             for pod in pods.state() {
                 if pod.metadata.deletion_timestamp.is_some() {
                     continue;
@@ -82,27 +91,27 @@ pub async fn run(client: Client) {
                 let node = nodes.get(&ObjectRef::new(&node_name));
                 let taints = node.and_then(|n| n.spec.clone()).and_then(|s| s.taints).unwrap_or_default();
                 let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
-                let at = match due(&taints, &tolerations) {
-                    Due::Never => {
-                        if scheduled.remove(&uid).is_some() {
-                            let message = format!(
-                                "Cancelling deletion of Pod {}/{}",
-                                pod.namespace().unwrap_or_default(),
-                                pod.name_any()
-                            );
-                            events.about(&*pod, "Normal", "TaintManagerEviction", message);
-                        }
-                        continue;
+                let Due::After(after) = due(&taints, &tolerations) else {
+                    if scheduled.remove(&uid).is_some() {
+                        let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+                        let message = format!("Cancelling deletion of Pod {namespace}/{name}");
+                        events.about(&*pod, "Normal", "TaintManagerEviction", message);
                     }
-                    Due::After(after) => *scheduled.entry(uid.clone()).or_insert_with(|| Instant::now() + after),
+                    continue;
                 };
-                seen.push(uid.clone());
-                if Instant::now() >= at {
-                    match evict(&client, &events, &pod).await {
-                        Ok(()) => {
-                            scheduled.remove(&uid);
-                        }
-                        Err(error) => tracing::debug!(%error, pod = %pod.name_any(), "evicting a pod"),
+                seen.insert(uid.clone());
+                let entry = scheduled.entry(uid).or_insert(Scheduled { since: now, tried: None });
+                // A limit too far to count (tolerationSeconds near i64::MAX) is never.
+                let due_at = entry.since.checked_add(after);
+                if due_at.is_none_or(|at| now < at) || entry.tried.is_some_and(|t| now.duration_since(t) < RETRY) {
+                    continue;
+                }
+                match evict(&client, &events, &pod).await {
+                    Ok(false) => {}
+                    Ok(true) => entry.tried = Some(now),
+                    Err(error) => {
+                        entry.tried = Some(now);
+                        tracing::debug!(%error, pod = %pod.name_any(), "evicting a pod");
                     }
                 }
             }
@@ -116,25 +125,30 @@ pub async fn run(client: Client) {
     tokio::join!(node_feed, pod_feed, evicting);
 }
 
-/// Marks `pod` as disrupted by a NoExecute taint, says so, and deletes it.
-async fn evict(client: &Client, events: &nest_client::events::Recorder, pod: &Pod) -> kube::Result<()> {
+/// Marks `pod` as disrupted by a NoExecute taint, says so, and deletes it: `Ok(true)` once its deletion was asked for
+/// (or it is gone), `Ok(false)` when it changed since it was read, which the next pass looks at again.
+async fn evict(client: &Client, events: &nest_client::events::Recorder, pod: &Pod) -> kube::Result<bool> {
     let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-    tracing::info!(pod = %name, %namespace, "deleting a pod for a NoExecute taint it does not tolerate");
-    events.about(pod, "Normal", "TaintManagerEviction", format!("Marking for deletion Pod {namespace}/{name}"));
     let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let condition = json!({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
                            "message": "Taint manager: deleting due to NoExecute taint",
                            "lastTransitionTime": nest_core::clock::rfc3339_now()});
-    let patch = json!({"status": {"conditions": [condition]}});
-    nest_client::done_unless_refused(
-        api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await,
-    )?;
+    // Against the version read, so that a pod made again under the same name is never marked.
+    let patch = json!({"metadata": {"resourceVersion": pod.resource_version()}, "status": {"conditions": [condition]}});
+    match api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => return Ok(false),
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(true),
+        Err(error) => return Err(error),
+    }
+    tracing::info!(pod = %name, %namespace, "deleting a pod for a NoExecute taint it does not tolerate");
+    events.about(pod, "Normal", "TaintManagerEviction", format!("Marking for deletion Pod {namespace}/{name}"));
     let only_this = DeleteParams {
         preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
         ..Default::default()
     };
     nest_client::done_unless_refused(api.delete(&name, &only_this).await)?;
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -164,11 +178,17 @@ mod tests {
         assert_eq!(due(&unreachable, &[]), Due::After(Duration::ZERO), "not tolerated");
         assert_eq!(due(&unreachable, std::slice::from_ref(&five_minutes)), Due::After(Duration::from_secs(300)));
         let both = [five_minutes.clone(), toleration("", Some(30))];
-        assert_eq!(due(&unreachable, &both), Due::After(Duration::from_secs(30)), "the shortest of those used");
+        assert_eq!(due(&unreachable, &both), Due::After(Duration::from_secs(300)), "only the first match is used");
+        let two_taints = [unreachable[0].clone(), taint("dedicated", "NoExecute")];
+        let each = [five_minutes.clone(), toleration("dedicated", Some(30))];
+        assert_eq!(due(&two_taints, &each), Due::After(Duration::from_secs(30)), "the shortest of those used");
+        let huge = toleration("node.kubernetes.io/unreachable", Some(i64::MAX));
+        assert_eq!(due(&unreachable, std::slice::from_ref(&huge)), Due::After(Duration::from_secs(i64::MAX as u64)));
+        assert_eq!(Instant::now().checked_add(Duration::from_secs(i64::MAX as u64)), None, "so it is never due");
         let ever = toleration("node.kubernetes.io/unreachable", None);
         assert_eq!(due(&unreachable, std::slice::from_ref(&ever)), Due::Never, "tolerated for ever");
-        let both = [five_minutes.clone(), ever];
-        assert_eq!(due(&unreachable, &both), Due::After(Duration::from_secs(300)), "a limit counts, none does not");
+        let both = [ever, five_minutes.clone()];
+        assert_eq!(due(&unreachable, &both), Due::Never, "the first match has no limit");
         assert_eq!(
             due(&unreachable, &[toleration("node.kubernetes.io/unreachable", Some(-5))]),
             Due::After(Duration::ZERO)

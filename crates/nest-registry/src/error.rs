@@ -45,7 +45,8 @@ pub struct ApiError {
 /// The `details` of a `Status`.
 #[derive(Clone, Debug, Default)]
 pub struct Details {
-    /// `details.group`, `details.kind` (the resource's plural, as kube-apiserver sends it), `details.name`.
+    /// `details.group`, `details.kind` (the resource's plural for most errors, the kind for a 422, as kube-apiserver
+    /// sends them), `details.name`.
     pub group: Option<String>,
     pub kind: Option<String>,
     pub name: Option<String>,
@@ -130,11 +131,12 @@ impl ApiError {
             }
         }
         let detail = match &errors[..] {
-            [one] => one.clone(),
-            many => format!("[{}]", many.join(", ")),
+            [] => String::new(),
+            [one] => format!(": {one}"),
+            many => format!(": [{}]", many.join(", ")),
         };
         let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
-        let mut error = ApiError::new(422, "Invalid", format!("{qualified} \"{name}\" is invalid: {detail}"));
+        let mut error = ApiError::new(422, "Invalid", format!("{qualified} \"{name}\" is invalid{detail}"));
         let given = |text: &str| Some(text.to_string()).filter(|t| !t.is_empty());
         error.details.group = Some(group.to_string());
         error.details.kind = given(kind);

@@ -46,14 +46,18 @@ pub fn scaled(info: &ResourceInfo, current: &Value, scale: &Value) -> Result<Val
     if !wanted_rv.is_empty() && wanted_rv != meta::meta_str(current, "resourceVersion") {
         return Err(ApiError::conflict(info, name));
     }
-    let replicas = scale
-        .get("spec")
-        .and_then(|s| s.get("replicas"))
-        .and_then(Value::as_i64)
-        .ok_or_else(|| ApiError::invalid(info, name, vec![Cause::required("spec.replicas")]))?;
+    let replicas =
+        scale.get("spec").and_then(|s| s.get("replicas")).and_then(Value::as_i64).ok_or_else(|| {
+            ApiError::invalid_kind("autoscaling", "Scale", name, vec![Cause::required("spec.replicas")])
+        })?;
     if !(0..=i64::from(i32::MAX)).contains(&replicas) {
         let message = format!("Invalid value: {replicas}: must be greater than or equal to 0");
-        return Err(ApiError::invalid(info, name, vec![Cause::invalid("spec.replicas", message)]));
+        return Err(ApiError::invalid_kind(
+            "autoscaling",
+            "Scale",
+            name,
+            vec![Cause::invalid("spec.replicas", message)],
+        ));
     }
     let mut obj = current.clone();
     meta::metadata_mut(&mut obj).remove("resourceVersion");

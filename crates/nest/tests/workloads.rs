@@ -268,10 +268,10 @@ fn a_node_whose_agent_stops_goes_not_ready_within_the_grace_period() {
     // The Lease was last renewed up to a second before the kill; the controller looks every second.
     let took = stopped.elapsed();
     assert!(took <= std::time::Duration::from_secs(3 + 3), "NotReady after {took:?}, grace 3 s");
+    // Its only node down, the cluster is in upstream's disruption mode: the node is tainted so that nothing new is
+    // scheduled to it, but not NoExecute, so that nothing is evicted for what may be the control plane's trouble.
     let taints = || server.ok(&["get", "node", "lone", "-o", "jsonpath={range .spec.taints[*]}{.key}:{.effect} {end}"]);
-    eventually(5, "the node tainted unreachable", || {
-        taints().trim() == "node.kubernetes.io/unreachable:NoSchedule node.kubernetes.io/unreachable:NoExecute"
-    });
+    eventually(5, "the node tainted unreachable", || taints().trim() == "node.kubernetes.io/unreachable:NoSchedule");
     eventually(20, "the pod not Ready", || pods(&server).iter().all(|(_, _, _, ready)| !ready));
 
     // Once the node is deleted, nothing will ever stop its pods: they are removed, and the ReplicaSet makes a new
@@ -284,33 +284,38 @@ fn a_node_whose_agent_stops_goes_not_ready_within_the_grace_period() {
     });
 }
 
-/// Taint-based eviction: once a node is unreachable, a pod that tolerates that for 2 s is deleted after 2 s (marked
-/// `DisruptionTarget`, with a `TaintManagerEviction` event) and its ReplicaSet makes another, while a pod that
-/// tolerates it for ever stays.
+/// Taint-based eviction: once a node is unreachable (another still Ready), a pod that tolerates that for 2 s is
+/// deleted after 2 s (marked `DisruptionTarget`, with a `TaintManagerEviction` event) and its ReplicaSet makes
+/// another, while a pod that tolerates it for ever stays — as does one whose `tolerationSeconds` is the largest
+/// number there is, which must not bring the controllers down.
 #[test]
 fn pods_on_an_unreachable_node_are_evicted_once_their_toleration_runs_out() {
     let (_, storage) = backends().remove(0);
     let server = Server::start(&storage);
-    let _controllers = Component::run(
+    let mut controllers = Component::run(
         &server,
         &["controller-manager", "--identity", "cm", "--node-monitor-grace-period-seconds", "3"],
     );
     let _scheduler = Component::run(&server, &["scheduler"]);
     let mut node =
         Component::run(&server, &["node", "--name", "lone", "--lease-seconds", "1", "--start-delay-ms", "50"]);
+    let _other =
+        Component::run(&server, &["node", "--name", "other", "--lease-seconds", "1", "--start-delay-ms", "50"]);
     let deployment = |name: &str, seconds: &str| {
         format!(
             "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  \
-             template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers: [{{name: c, image: nginx}}]\n      \
+             template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      nodeSelector: {{kubernetes.io/hostname: lone}}\n      \
+             containers: [{{name: c, image: nginx}}]\n      \
              tolerations: [{{key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute{seconds}}}]\n"
         )
     };
     server.apply_manifest(&deployment("brief", ", tolerationSeconds: 2"));
     server.apply_manifest(&deployment("steady", ""));
+    server.apply_manifest(&deployment("huge", ", tolerationSeconds: 9223372036854775807"));
     let pods_of =
         |app: &str| server.json(&["get", "pods", "-l", &format!("app={app}")])["items"].as_array().cloned().unwrap();
     let running = |app: &str| pods_of(app).iter().any(|p| p["status"]["phase"] == "Running");
-    eventually(30, "both pods running", || running("brief") && running("steady"));
+    eventually(30, "the pods running", || running("brief") && running("steady") && running("huge"));
     let brief = pods_of("brief")[0]["metadata"]["name"].as_str().unwrap().to_string();
 
     node.kill();
@@ -334,11 +339,12 @@ fn pods_on_an_unreachable_node_are_evicted_once_their_toleration_runs_out() {
         "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
     ]);
     assert!(events.contains(&format!("TaintManagerEviction: Marking for deletion Pod default/{brief}")), "{events}");
-    let steady = pods_of("steady");
-    assert!(
-        steady.len() == 1 && steady[0]["metadata"]["deletionTimestamp"].is_null(),
-        "the steady pod stays: {steady:?}"
-    );
+    for app in ["steady", "huge"] {
+        let pods = pods_of(app);
+        assert!(pods.len() == 1 && pods[0]["metadata"]["deletionTimestamp"].is_null(), "{app} stays: {pods:?}");
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(controllers.alive(), "the controller-manager survives: {}", controllers.log());
 }
 
 /// TaintNodesByCondition: a node is created tainted `not-ready`, and the taint goes once the node lifecycle controller

@@ -51,7 +51,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     measure(&args, "embedded", None).await?;
     match etcd_url(&args).await? {
-        Ok((url, _guard)) => measure(&args, "etcd", Some(&url)).await?,
+        Ok((url, _guard)) => {
+            measure(&args, "etcd", Some(&url)).await?;
+            #[cfg(feature = "etcd")]
+            etcd_itself(&args, &url).await?;
+        }
         Err(reason) => emit(json!({"bench": "api", "backend": "etcd", "skipped": reason})),
     }
     Ok(())
@@ -66,6 +70,48 @@ async fn etcd_url(args: &Args) -> anyhow::Result<Result<(String, Box<dyn std::an
             Ok(Ok((etcd.url().to_string(), Box::new(etcd))))
         }
     }
+}
+
+/// etcd alone, through its own Rust client (which balances over every URL given, as nest's does): the same number
+/// of writes and reads of a Secret-sized value at the same rate, so that what the API server adds on top of etcd can
+/// be read off one run — for one member and for three alike.
+#[cfg(feature = "etcd")]
+async fn etcd_itself(args: &Args, urls: &str) -> anyhow::Result<()> {
+    let endpoints: Vec<&str> = urls.split(',').collect();
+    let client = etcd_client::Client::connect(&endpoints, None).await.context("connecting to etcd")?;
+    let prefix = format!("/bench-etcd-{}", fastrand::u64(..));
+    let value = vec![b'x'; 300];
+    let paced = |count: usize, op: &'static str| {
+        let (client, prefix, value) = (client.clone(), prefix.clone(), value.clone());
+        async move {
+            let start = tokio::time::Instant::now();
+            let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
+            let mut tasks = Vec::with_capacity(count);
+            for i in 0..count {
+                tokio::time::sleep_until(start + interval * i as u32).await;
+                let (mut kv, key, value) = (client.kv_client(), format!("{prefix}/{i:05}"), value.clone());
+                tasks.push(tokio::spawn(async move {
+                    let began = Instant::now();
+                    match op {
+                        "put" => kv.put(key, value, None).await.map(|_| ())?,
+                        _ => kv.get(key, None).await.map(|_| ())?,
+                    }
+                    Ok::<_, etcd_client::Error>(began.elapsed())
+                }));
+            }
+            let mut latencies = Vec::with_capacity(count);
+            for task in tasks {
+                latencies.push(task.await??);
+            }
+            anyhow::Ok(latencies)
+        }
+    };
+    let mut puts = paced(args.objects, "put").await?;
+    report("etcd", "etcd_put", Some(args.rate), &mut puts);
+    let mut gets = paced(args.reads.min(args.objects), "get").await?;
+    report("etcd", "etcd_get", Some(args.rate), &mut gets);
+    client.kv_client().delete(prefix.clone(), Some(etcd_client::DeleteOptions::new().with_prefix())).await?;
+    Ok(())
 }
 
 #[cfg(not(feature = "etcd"))]

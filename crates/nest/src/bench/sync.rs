@@ -90,9 +90,12 @@ impl Syncer {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let total = args.tenants * args.pods_per_tenant;
     // No controller-manager runs in either cluster to make namespaces' `default` ServiceAccounts: as envtest runs
-    // kube-apiserver, ServiceAccount admission is off (so tenant pods carry no token the syncer brings down).
+    // kube-apiserver, ServiceAccount admission is off (so tenant pods carry no token the syncer brings down). Nor
+    // is there a node lifecycle controller to lift the not-ready taint new nodes are given, so in the super cluster,
+    // whose scheduler places the super pods, TaintNodesByCondition is off too.
     const NO_ACCOUNTS: &[&str] = &["--disable-admission-plugins=ServiceAccount"];
-    let server = ApiServer::start_with(None, NO_ACCOUNTS).await?;
+    let server =
+        ApiServer::start_with(None, &["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"]).await?;
     let kubeconfig = server.data.path().join("admin.kubeconfig");
     // Simulated nodes with room for every pod (a node's pod range holds 254 addresses).
     let nodes = (total / 250 + 1).to_string();

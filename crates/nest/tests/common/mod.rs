@@ -281,6 +281,11 @@ impl Component {
         self.log.lock().unwrap().clone()
     }
 
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     pub fn is_leading(&self) -> bool {
         self.log().contains("is leading")
     }
