@@ -714,7 +714,17 @@ fn openapi_document(method: &Method, doc: Option<Arc<Vec<u8>>>) -> Result<Respon
         return Err(ApiError::method_not_allowed("the server does not allow this method on OpenAPI documents"));
     }
     let doc = doc.ok_or_else(ApiError::no_route)?;
-    Ok(json_bytes_response(StatusCode::OK, Bytes::from(doc.as_ref().clone())))
+    // The cached document itself, not a copy of it per answer.
+    Ok(json_bytes_response(StatusCode::OK, Bytes::from_owner(ArcBytes(doc))))
+}
+
+/// A shared serialized document, as the bytes of an answer.
+struct ArcBytes(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for ArcBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
 }
 
 /// Reads a request body, refusing more than [`MAX_BODY`] bytes with 413.
