@@ -140,14 +140,7 @@ fn check_subject_access(spec: &Value, local: Option<&str>) -> Result<()> {
 fn empty_metadata(body: &Value, message: &str) -> Result<()> {
     let metadata = body["metadata"].as_object().cloned().unwrap_or_default();
     // Zero values are Go's empty metadata too (a protobuf body decodes to them).
-    let zero = |value: &Value| match value {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-    };
+    let zero = nest_core::json::is_zero;
     let said = metadata.iter().any(|(key, value)| {
         !matches!(key.as_str(), "namespace" | "managedFields" | "creationTimestamp") && !zero(value)
     });

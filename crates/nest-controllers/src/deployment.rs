@@ -68,14 +68,7 @@ fn same_template(template: &serde_json::Value, set: &ReplicaSet) -> bool {
 /// ReplicaSet's template without them.
 fn normalized(value: &serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
-    let zero = |v: &Value| match v {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-    };
+    let zero = nest_core::json::is_zero;
     match value {
         Value::Object(map) => {
             Value::Object(map.iter().map(|(k, v)| (k.clone(), normalized(v))).filter(|(_, v)| !zero(v)).collect())

@@ -2,6 +2,19 @@
 
 use serde_json::Value;
 
+/// Whether `value` is what Go leaves out of JSON as empty (`omitempty`) or holds when nothing was given: null, false,
+/// zero, an empty string, list or object.
+pub fn is_zero(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
 /// Whether `live` has every field `wanted` sets, with the same value (lists item by item, of the same length): what
 /// the controllers call drift when it fails. Fields the API server or other controllers add are not drift.
 pub fn covers(live: &Value, wanted: &Value) -> bool {
@@ -21,6 +34,16 @@ pub fn covers(live: &Value, wanted: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn go_zero_values_are_empty_and_nothing_else_is() {
+        for zero in [json!(null), json!(false), json!(0), json!(0.0), json!(""), json!([]), json!({})] {
+            assert!(super::is_zero(&zero), "{zero}");
+        }
+        for given in [json!(true), json!(1), json!(" "), json!([0]), json!({"a": null})] {
+            assert!(!super::is_zero(&given), "{given}");
+        }
+    }
 
     #[test]
     fn added_fields_are_not_drift_changed_ones_are() {

@@ -7,7 +7,8 @@
 //! - [`quantity`]: resource quantities (`100m`, `1Gi`) as numbers;
 //! - [`patch`]: JSON Patch (RFC 6902) and JSON merge patch (RFC 7386), as kube-apiserver applies them;
 //! - [`pod_security`]: the lists the Pod Security Standards fix (baseline's capabilities);
-//! - [`json::covers`]: whether one JSON document sets every field of another (what drift means to a controller).
+//! - [`json::covers`]: whether one JSON document sets every field of another (what drift means to a controller);
+//!   [`json::is_zero`]: whether a value is what Go leaves out as empty.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
