@@ -82,7 +82,12 @@ pub async fn run(client: Client) {
         loop {
             let now = Instant::now();
             let mut seen = HashSet::new();
-            for pod in pods.state() {
+            // Mostly no node is tainted NoExecute: then there is nothing to look at, however many pods there are.
+            let tainted = nodes.state().iter().any(|n| {
+                n.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().any(|t| t.effect == "NoExecute")
+            });
+            let pods_now = if tainted || !scheduled.is_empty() { pods.state() } else { Vec::new() };
+            for pod in pods_now {
                 if pod.metadata.deletion_timestamp.is_some() {
                     continue;
                 }
