@@ -193,7 +193,7 @@ impl Chain {
         // Not a plugin one may turn off: upstream's CSR strategy records the requester.
         chain.mutating.push(Arc::new(crate::kinds::certificate_signing_request::Requester));
         let validating: [(&str, Arc<dyn Validating>); 6] = [
-            ("NamespaceLifecycle", Arc::new(namespace::Lifecycle)),
+            ("NamespaceLifecycle", Arc::new(namespace::Lifecycle::default())),
             ("LimitRanger", Arc::new(limit_range::LimitRanger)),
             ("ServiceAccount", Arc::new(service_account::ServiceAccount)),
             ("NodeRestriction", Arc::new(node_restriction::NodeRestriction)),

@@ -55,7 +55,7 @@ pub struct Cached {
 }
 
 impl Cached {
-    fn new(value: Value) -> Cached {
+    pub(crate) fn new(value: Value) -> Cached {
         Cached { value, json: OnceLock::new() }
     }
 
@@ -324,6 +324,12 @@ impl WatchCache {
         .await
     }
 
+    /// The object under the storage key `key`: `Some(None)` when the cache holds its resource and not the object,
+    /// `None` when the cache cannot serve it and storage must.
+    pub async fn get(&self, key: &str) -> Option<Option<Arc<Cached>>> {
+        self.with_ready(resource_prefix(key)?, |_, cache| cache.objects.get(key).cloned()).await
+    }
+
     /// Starts a watcher of the resource under `prefix`; `None` when the cache cannot serve it (the start is older
     /// than the history it holds, or it is unavailable) and storage must.
     pub async fn subscribe(&self, prefix: &str, scope: &str, start: Start) -> Option<Subscription> {
@@ -453,7 +459,7 @@ fn in_scope(cache: &ResourceCache, scope: &str) -> Vec<Entry> {
 }
 
 /// A stored object with its `resourceVersion`; `None` (and a warning) if it is not JSON.
-fn decode(bytes: &[u8], revision: Revision) -> Option<Value> {
+pub(crate) fn decode(bytes: &[u8], revision: Revision) -> Option<Value> {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(mut object) => {
             meta::metadata_mut(&mut object).insert("resourceVersion".into(), json!(revision.0.to_string()));

@@ -54,9 +54,8 @@ async fn service_account(cluster: Cluster<'_>, namespace: &str, name: &str) -> R
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(100 + fastrand::u64(..100))).await;
         }
-        if let Some(item) = cluster.store.get(key.as_bytes()).await.map_err(ApiError::from_storage)? {
-            let account = serde_json::from_slice(&item.value).map_err(|e| ApiError::internal(e.to_string()))?;
-            return Ok(Some(account));
+        if let Some(account) = cluster.lookup(&key).await.map_err(ApiError::from_storage)? {
+            return Ok(Some(Value::clone(&account)));
         }
     }
     Ok(None)

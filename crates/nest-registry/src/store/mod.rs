@@ -230,7 +230,7 @@ impl Registry {
 
     /// What strategy hooks and admission plugins may use.
     fn cluster(&self) -> Cluster<'_> {
-        Cluster { store: self.store.as_ref(), service_cidr: &self.service_cidr }
+        Cluster { store: self.store.as_ref(), cache: self.cache.as_deref(), service_cidr: &self.service_cidr }
     }
 
     /// What is served right now.

@@ -233,10 +233,8 @@ impl PodSecurity {
     async fn namespace_labels(&self, cluster: Cluster<'_>, namespace: &str) -> Result<Value> {
         let key = format!("/registry/core/namespaces/{namespace}");
         let lookup_failed = || ApiError::internal(format!("failed to lookup namespace {namespace:?}"));
-        let item = cluster.store.get(key.as_bytes()).await.map_err(|_| lookup_failed())?;
-        let Some(item) = item else { return Ok(Value::Null) };
-        let ns: Value = serde_json::from_slice(&item.value).map_err(|_| lookup_failed())?;
-        Ok(ns["metadata"]["labels"].clone())
+        let ns = cluster.lookup(&key).await.map_err(|_| lookup_failed())?;
+        Ok(ns.map_or(Value::Null, |ns| ns["metadata"]["labels"].clone()))
     }
 
     /// Pods: refused when they violate the enforced policy, warned about when they violate the warned one.
