@@ -36,8 +36,14 @@ pub struct UserInfo {
 pub struct Warnings(Arc<Mutex<Vec<String>>>);
 
 impl Warnings {
+    /// Adds a warning, once: a message already recorded is not repeated (as upstream's recorder does), which also
+    /// keeps an update that started again from storage from warning twice.
     pub fn push(&self, warning: impl Into<String>) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(warning.into());
+        let warning = warning.into();
+        let mut warnings = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
     }
 
     /// Everything collected so far, emptying the list.

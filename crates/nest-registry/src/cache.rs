@@ -325,9 +325,13 @@ impl WatchCache {
     }
 
     /// The object under the storage key `key`: `Some(None)` when the cache holds its resource and not the object,
-    /// `None` when the cache cannot serve it and storage must.
-    pub async fn get(&self, key: &str) -> Option<Option<Arc<Cached>>> {
-        self.with_ready(resource_prefix(key)?, |_, cache| cache.objects.get(key).cloned()).await
+    /// `None` when the cache cannot serve it (or has not been built: this never builds one) and storage must.
+    pub fn get(&self, key: &str) -> Option<Option<Arc<Cached>>> {
+        let state = self.lock();
+        match state.resources.get(resource_prefix(key)?) {
+            Some(Slot::Ready(cache)) if !state.closed => Some(cache.objects.get(key).cloned()),
+            _ => None,
+        }
     }
 
     /// Starts a watcher of the resource under `prefix`; `None` when the cache cannot serve it (the start is older

@@ -40,7 +40,7 @@ impl Cluster<'_> {
     /// to its leader, on every request that asks about its namespace or its service account.
     pub async fn lookup(&self, key: &str) -> nest_storage::Result<Option<Arc<Cached>>> {
         if let Some(cache) = self.cache
-            && let Some(Some(object)) = cache.get(key).await
+            && let Some(Some(object)) = cache.get(key)
         {
             return Ok(Some(object));
         }
@@ -176,7 +176,10 @@ mod tests {
         let cidr: ServiceCidr = "10.96.0.0/12".parse().unwrap();
         let cluster = Cluster { store: store.as_ref(), cache: Some(&cache), service_cidr: &cidr };
         assert!(cluster.lookup(KEY).await.unwrap().is_none());
-        assert!(matches!(cache.get(KEY).await, Some(None)), "the cache holds namespaces, not this one");
+        assert!(cache.get(KEY).is_none(), "no cache of namespaces yet: storage answered");
+        let prefix = "/registry/core/namespaces/";
+        cache.snapshot(prefix, prefix).await.expect("namespaces cached");
+        assert!(matches!(cache.get(KEY), Some(None)), "the cache holds namespaces, not this one");
 
         let object = br#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"fresh"}}"#;
         let created = store.create(KEY.as_bytes(), Bytes::from_static(object)).await.unwrap();
@@ -185,7 +188,7 @@ mod tests {
         assert_eq!(found["metadata"]["name"], "fresh");
         assert_eq!(found["metadata"]["resourceVersion"], created.mod_revision.0.to_string());
         assert!(cache.wait_for(created.mod_revision, Duration::from_secs(5)).await);
-        let cached = cache.get(KEY).await.flatten().expect("in the cache once it caught up");
+        let cached = cache.get(KEY).flatten().expect("in the cache once it caught up");
         assert_eq!(cached["metadata"]["resourceVersion"], created.mod_revision.0.to_string());
 
         let deleted = store.delete(KEY.as_bytes(), None).await.unwrap();

@@ -153,6 +153,47 @@ async fn stale_updates_conflict_and_dry_run_persists_nothing() {
     assert!(f.registry.get(&cms, "ns", "a").await.is_ok());
 }
 
+/// Updates start from the watch cache's copy, as kube-apiserver's do (its cacher hands GuaranteedUpdate the cached
+/// object). The copy may be a write behind — the cache applies changes after they are acknowledged, and another API
+/// server may write to the same storage — and that must never fail an update or lose one.
+#[tokio::test]
+async fn updates_hold_whatever_the_watch_cache_has_seen() {
+    let f = Fixture::new().await;
+    let cms = f.r("", "configmaps");
+    let mut last = f.cm("counter", json!({"n": "0"})).await;
+    // Each update names the version the one before returned, which a cache a write behind does not have yet.
+    for n in 1..=50 {
+        let mut next = last.clone();
+        next["data"]["n"] = json!(n.to_string());
+        last = f.registry.update(&cms, "ns", "counter", next, Subresource::Main, false).await.unwrap();
+        assert_eq!(last["data"]["n"], n.to_string());
+    }
+    // Writes that go around this registry, straight to storage, each followed at once by one through it.
+    let key = b"/registry/core/configmaps/ns/counter";
+    for n in 0..20 {
+        let mut around = last.clone();
+        around["data"]["n"] = json!(format!("around-{n}"));
+        around["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+        let written =
+            f.store.update(key, serde_json::to_vec(&around).unwrap().into(), nest_storage::Revision(rv(&last)));
+        let written = written.await.unwrap();
+        // The body is what the registry last returned: the cache may still hold exactly that, so it looks unchanged
+        // there, but storage holds the write that went around, and the update must replace it.
+        let mut body = last.clone();
+        body["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+        last = f.registry.update(&cms, "ns", "counter", body, Subresource::Main, false).await.unwrap();
+        assert!(rv(&last) > written.mod_revision.0, "round {n}: {last}");
+        let stored = f.registry.get(&cms, "ns", "counter").await.unwrap();
+        assert_eq!(stored["data"], last["data"], "round {n}");
+        assert_eq!(rv(&stored), rv(&last), "round {n}");
+    }
+    // A version that really is old still conflicts.
+    let mut old = last.clone();
+    old["metadata"]["resourceVersion"] = json!((rv(&last) - 1).to_string());
+    let refused = f.registry.update(&cms, "ns", "counter", old, Subresource::Main, false).await.unwrap_err();
+    assert_eq!(refused.code, 409);
+}
+
 /// kube-apiserver writes nothing for an update that changes nothing (its storage's GuaranteedUpdate): no new
 /// resourceVersion, no watch event. Controllers that write an unchanged status on every resync rely on it to leave
 /// the cluster at rest.

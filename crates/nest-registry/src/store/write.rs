@@ -23,6 +23,15 @@ pub(super) enum Updated {
     Unchanged(Value),
 }
 
+/// The object an update starts from.
+struct From<'a> {
+    old: &'a Value,
+    /// Where it is stored, which the write compares.
+    revision: Revision,
+    /// Read from the watch cache, so perhaps stale.
+    cached: bool,
+}
+
 /// Whether `new` is `old` with nothing changed but (at most) its resourceVersion. kube-apiserver then writes nothing
 /// (no new revision, no watch event) and answers with the stored object (`GuaranteedUpdate` in
 /// `k8s.io/apiserver/pkg/storage/etcd3/store.go`, 1.33): without that, every controller that writes an unchanged
@@ -239,8 +248,6 @@ impl Registry {
             )));
         }
         let key = Self::key(info, namespace, name);
-        let current = self.stored_item(info, &key, name).await?;
-        let old = Self::decode(info, &current)?;
         if info.custom && meta::meta_str(&body, "resourceVersion").is_empty() {
             return Err(ApiError::invalid(
                 info,
@@ -248,12 +255,51 @@ impl Registry {
                 vec![Cause::invalid("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")],
             ));
         }
-        match self
-            .next_version(resource, namespace, name, current.mod_revision, &old, body, subresource, dry_run)
-            .await?
+        // As kube-apiserver's cacher updates (GuaranteedUpdate given the watch cache's copy): from the cached object,
+        // whose revision the write compares, so that an update costs storage one round trip. A copy that turns out
+        // stale — a conflict, or nothing to change — sends the update back to start from storage.
+        if !dry_run
+            && let Some(Some(cached)) = self.cache.as_ref().and_then(|cache| cache.get(&key))
+            && let Ok(revision) = meta::meta_str(&cached, "resourceVersion").parse().map(Revision)
         {
-            Updated::DryRun(obj) | Updated::Unchanged(obj) => Ok(obj),
-            Updated::Store(obj) => self.write_back(resource, &key, name, obj, current.mod_revision).await,
+            let old = Self::decode_at(info, cached.json(), revision)?;
+            let from = From { old: &old, revision, cached: true };
+            if let Some(updated) =
+                self.update_from(resource, namespace, name, &key, from, body.clone(), subresource, false).await?
+            {
+                return Ok(updated);
+            }
+        }
+        let current = self.stored_item(info, &key, name).await?;
+        let old = Self::decode(info, &current)?;
+        let from = From { old: &old, revision: current.mod_revision, cached: false };
+        let updated = self.update_from(resource, namespace, name, &key, from, body, subresource, dry_run).await?;
+        updated.ok_or_else(|| ApiError::internal("an update from storage came back undecided"))
+    }
+
+    /// An update of `from`: the result, or `None` when `from` came from the watch cache and may have been stale
+    /// (a conflict, or nothing changed), so that the update must start again from storage.
+    #[allow(clippy::too_many_arguments)]
+    async fn update_from(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        from: From<'_>,
+        body: Value,
+        subresource: Subresource,
+        dry_run: bool,
+    ) -> Result<Option<Value>> {
+        let stale = |error: &ApiError| from.cached && error.code == 409;
+        match self.next_version(resource, namespace, name, from.revision, from.old, body, subresource, dry_run).await {
+            Err(error) if stale(&error) => Ok(None),
+            Err(error) => Err(error),
+            Ok(Updated::DryRun(obj) | Updated::Unchanged(obj)) => Ok((!from.cached).then_some(obj)),
+            Ok(Updated::Store(obj)) => match self.write_back(resource, key, name, obj, from.revision).await {
+                Err(error) if stale(&error) => Ok(None),
+                other => other.map(Some),
+            },
         }
     }
 
