@@ -38,14 +38,16 @@ impl Cluster<'_> {
     /// watch cache, and from storage only when the cache does not have it (a live lookup, for an object made a
     /// moment ago that the cache has not seen yet) or cannot serve. Saves a consistent read of etcd, a round trip
     /// to its leader, on every request that asks about its namespace or its service account.
-    pub async fn lookup(&self, key: &str) -> nest_storage::Result<Option<Arc<Cached>>> {
+    pub async fn lookup(&self, key: &str) -> Result<Option<Arc<Cached>>> {
         if let Some(cache) = self.cache
             && let Some(Some(object)) = cache.get(key)
         {
             return Ok(Some(object));
         }
-        let Some(item) = self.store.get(key.as_bytes()).await? else { return Ok(None) };
-        Ok(crate::cache::decode(&item.value, item.mod_revision).map(|object| Arc::new(Cached::new(object))))
+        let Some(item) = self.store.get(key.as_bytes()).await.map_err(ApiError::from_storage)? else { return Ok(None) };
+        let object = crate::cache::decode(&item.value, item.mod_revision)
+            .ok_or_else(|| ApiError::internal(format!("the object stored under {key} is not JSON")))?;
+        Ok(Some(Arc::new(Cached::new(object))))
     }
 }
 

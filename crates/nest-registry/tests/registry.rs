@@ -194,6 +194,45 @@ async fn updates_hold_whatever_the_watch_cache_has_seen() {
     assert_eq!(refused.code, 409);
 }
 
+/// `immutable: true` freezes a ConfigMap's data and a Secret's, and itself; a Secret's type never changes
+/// (`ValidateConfigMapUpdate`, `ValidateSecretUpdate`, 1.33), with upstream's messages.
+#[tokio::test]
+async fn immutable_config_maps_and_secrets_keep_their_data() {
+    let f = Fixture::new().await;
+    let main = Subresource::Main;
+    let cms = f.r("", "configmaps");
+    let sealed = f.cm("sealed", json!({"a": "1"})).await;
+    let mut frozen = sealed.clone();
+    frozen["immutable"] = json!(true);
+    let frozen = f.registry.update(&cms, "ns", "sealed", frozen, main, false).await.unwrap();
+    let mut changed = frozen.clone();
+    changed["data"]["a"] = json!("2");
+    changed["immutable"] = json!(false);
+    let refused = f.registry.update(&cms, "ns", "sealed", changed, main, false).await.unwrap_err();
+    assert_eq!(refused.code, 422);
+    assert_eq!(
+        refused.message,
+        "ConfigMap \"sealed\" is invalid: [immutable: Forbidden: field is immutable when `immutable` is set, \
+         data: Forbidden: field is immutable when `immutable` is set]"
+    );
+    let mut labelled = frozen.clone();
+    labelled["metadata"]["labels"] = json!({"still": "fine"});
+    f.registry.update(&cms, "ns", "sealed", labelled, main, false).await.unwrap();
+
+    let secrets = f.r("", "secrets");
+    let secret = json!({"metadata": {"name": "s"}, "immutable": true, "data": {"k": "dg=="}});
+    let secret = f.registry.create(&secrets, "ns", secret, false).await.unwrap();
+    let mut retyped = secret.clone();
+    retyped["type"] = json!("example.com/other");
+    retyped["data"]["k"] = json!("dw==");
+    let refused = f.registry.update(&secrets, "ns", "s", retyped, main, false).await.unwrap_err();
+    assert_eq!(
+        refused.message,
+        "Secret \"s\" is invalid: [type: Invalid value: \"example.com/other\": field is immutable, \
+         data: Forbidden: field is immutable when `immutable` is set]"
+    );
+}
+
 /// kube-apiserver writes nothing for an update that changes nothing (its storage's GuaranteedUpdate): no new
 /// resourceVersion, no watch event. Controllers that write an unchanged status on every resync rely on it to leave
 /// the cluster at rest.

@@ -14,12 +14,14 @@ use nest_storage::embedded::EmbeddedStore;
 use nest_storage::{Deleted, KeyValue, ListResult, Revision, Store, WatchStream};
 use serde_json::{Value, json};
 
-/// The embedded store, counting the lists and watches that reach it.
+/// The embedded store, counting the lists and watches that reach it, with a gate on its watches: while the gate is
+/// shut, watch events wait, and the watch cache falls behind storage as far as a test wants.
 struct Counted {
     inner: EmbeddedStore,
     /// The prefix of every list.
     lists: std::sync::Mutex<Vec<Vec<u8>>>,
     watches: AtomicUsize,
+    open: tokio::sync::watch::Sender<bool>,
 }
 
 impl Counted {
@@ -49,7 +51,17 @@ impl Store for Counted {
     }
     async fn watch(&self, prefix: &[u8], from: Revision) -> nest_storage::Result<WatchStream> {
         self.watches.fetch_add(1, Ordering::SeqCst);
-        self.inner.watch(prefix, from).await
+        let events = self.inner.watch(prefix, from).await?;
+        let open = self.open.subscribe();
+        Ok(events
+            .then(move |event| {
+                let mut open = open.clone();
+                async move {
+                    let _ = open.wait_for(|open| *open).await;
+                    event
+                }
+            })
+            .boxed())
     }
     async fn current_revision(&self) -> nest_storage::Result<Revision> {
         self.inner.current_revision().await
@@ -75,7 +87,8 @@ impl Fixture {
     async fn new() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let inner = EmbeddedStore::open(dir.path(), Default::default()).unwrap();
-        let store = Arc::new(Counted { inner, lists: Default::default(), watches: AtomicUsize::new(0) });
+        let open = tokio::sync::watch::Sender::new(true);
+        let store = Arc::new(Counted { inner, lists: Default::default(), watches: AtomicUsize::new(0), open });
         let registry = Registry::open(store.clone()).await.unwrap();
         registry.create(&cms(&registry, "namespaces"), "", json!({"metadata": {"name": "ns"}}), false).await.unwrap();
         Fixture { registry, store, _dir: dir }
@@ -216,4 +229,65 @@ async fn watches_resume_from_the_cache_history_even_after_storage_compacts() {
         }
         assert!(tokio::time::Instant::now() < deadline, "bookmarks never reached the secret's revision");
     }
+}
+
+/// Updates start from the watch cache's copy, as kube-apiserver's do; with the cache held back behind storage, every
+/// answer must still be the one the object in storage gives, never one about the stale copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_answer_for_what_storage_holds_while_the_cache_lags() {
+    let f = Fixture::new().await;
+    let cms = f.configmaps();
+    let main = nest_registry::Subresource::Main;
+    let create = |body: Value| f.registry.create(&cms, "ns", body, false);
+    create(json!({"metadata": {"name": "sealed"}, "immutable": true, "data": {"a": "1"}})).await.unwrap();
+    create(json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}})).await.unwrap();
+    f.registry.delete(&cms, "ns", "held", &Default::default()).await.unwrap();
+    let before = create(json!({"metadata": {"name": "plain"}, "data": {"n": "1"}})).await.unwrap();
+    // The cache has all of that; from here on it sees nothing.
+    assert_eq!(f.names(&ListOptions::default()).await, ["held", "plain", "sealed"]);
+    f.store.open.send_replace(false);
+
+    // An immutable ConfigMap deleted and made again mutable: the cache's copy would refuse the change (422).
+    f.registry.delete(&cms, "ns", "sealed", &Default::default()).await.unwrap();
+    create(json!({"metadata": {"name": "sealed"}, "data": {"a": "1"}})).await.unwrap();
+    let body = json!({"metadata": {"name": "sealed"}, "data": {"a": "2"}});
+    let changed = f.registry.update(&cms, "ns", "sealed", body, main, false).await.unwrap();
+    assert_eq!(changed["data"]["a"], "2");
+
+    // An object the cache still shows being deleted, gone and made again: an update of the new one keeps it.
+    let mut unheld = f.registry.get(&cms, "ns", "held").await.unwrap();
+    unheld["metadata"]["finalizers"] = json!([]);
+    f.registry.update(&cms, "ns", "held", unheld, main, false).await.unwrap();
+    create(json!({"metadata": {"name": "held"}, "data": {"v": "new"}})).await.unwrap();
+    let body = json!({"metadata": {"name": "held"}, "data": {"v": "newer"}});
+    let kept = f.registry.update(&cms, "ns", "held", body, main, false).await.unwrap();
+    assert!(kept["metadata"].get("deletionTimestamp").is_none(), "{kept}");
+    assert_eq!(f.registry.get(&cms, "ns", "held").await.unwrap()["data"]["v"], "newer");
+
+    // A change the cache has not seen: the body it would call unchanged must still be written, and the version
+    // storage holds must be accepted.
+    let mut second = before.clone();
+    second["data"]["n"] = json!("2");
+    let second = f.registry.update(&cms, "ns", "plain", second, main, false).await.unwrap();
+    let mut back = before.clone();
+    back["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    let back = f.registry.update(&cms, "ns", "plain", back, main, false).await.unwrap();
+    assert_eq!(f.registry.get(&cms, "ns", "plain").await.unwrap()["data"]["n"], "1");
+    let mut third = back.clone();
+    third["data"]["n"] = json!("3");
+    let third = f.registry.update(&cms, "ns", "plain", third, main, false).await.unwrap();
+    assert!(rv(&third) > rv(&back) && rv(&back) > rv(&second));
+    // And a version storage no longer holds is still a conflict.
+    let stale = f.registry.update(&cms, "ns", "plain", second, main, false).await.unwrap_err();
+    assert_eq!(stale.code, 409);
+
+    // Once the cache catches up, it serves what storage holds.
+    f.store.open.send_replace(true);
+    let listed = f.registry.list(&cms, Some("ns"), &ListOptions::default()).await.unwrap();
+    let data: Vec<&Value> = listed["items"].as_array().unwrap().iter().map(|i| &i["data"]).collect();
+    assert_eq!(data, [&json!({"v": "newer"}), &json!({"n": "3"}), &json!({"a": "2"})]);
+}
+
+fn rv(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
 }

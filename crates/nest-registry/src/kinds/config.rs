@@ -1,5 +1,6 @@
-//! ConfigMaps and Secrets: keys that can be file names in a volume (`ValidateConfigMap`, `ValidateSecret`), and a
-//! Secret's default type and write-only `stringData`.
+//! ConfigMaps and Secrets: keys that can be file names in a volume (`ValidateConfigMap`, `ValidateSecret`), what
+//! `immutable: true` freezes (`ValidateConfigMapUpdate`, `ValidateSecretUpdate`), and a Secret's default type, fixed
+//! once set, and write-only `stringData`.
 
 use serde_json::Value;
 
@@ -27,12 +28,36 @@ fn config_keys(obj: &Value) -> Vec<Cause> {
     causes
 }
 
+/// What an update may not change once the old object says `immutable: true`: the flag itself and `fields`.
+fn frozen(obj: &Value, old: &Value, fields: &[&str]) -> Vec<Cause> {
+    if old["immutable"] != Value::Bool(true) {
+        return Vec::new();
+    }
+    let forbidden = |field: &str| Cause {
+        reason: "FieldValueForbidden",
+        message: "Forbidden: field is immutable when `immutable` is set".into(),
+        field: field.into(),
+    };
+    let mut causes = Vec::new();
+    if obj["immutable"] != Value::Bool(true) {
+        causes.push(forbidden("immutable"));
+    }
+    causes.extend(fields.iter().filter(|field| obj.get(**field) != old.get(**field)).map(|field| forbidden(field)));
+    causes
+}
+
 /// ConfigMaps: their keys, which become file names in volumes.
 pub struct ConfigMap;
 
 impl Strategy for ConfigMap {
     fn validate(&self, obj: &Value) -> Vec<Cause> {
         config_keys(obj)
+    }
+
+    fn validate_update(&self, obj: &Value, old: &Value) -> Vec<Cause> {
+        let mut causes = frozen(obj, old, &["data", "binaryData"]);
+        causes.extend(config_keys(obj));
+        causes
     }
 }
 
@@ -59,6 +84,17 @@ impl Strategy for Secret {
 
     fn validate(&self, obj: &Value) -> Vec<Cause> {
         config_keys(obj)
+    }
+
+    fn validate_update(&self, obj: &Value, old: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        if obj["type"] != old["type"] {
+            let shown = obj["type"].as_str().unwrap_or_default();
+            causes.push(Cause::invalid("type", format!("Invalid value: {shown:?}: field is immutable")));
+        }
+        causes.extend(frozen(obj, old, &["data"]));
+        causes.extend(config_keys(obj));
+        causes
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {

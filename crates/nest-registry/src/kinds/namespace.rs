@@ -92,7 +92,7 @@ const LIVE_LOOKUP_MAX: usize = 4096;
 /// the deletion of the namespaces every cluster needs (403).
 ///
 /// It reads the namespace as upstream's plugin reads it through its lister: from the watch cache, from storage when
-/// the cache does not have it, and from storage for [`LIVE_LOOKUP_FOR`] after a deletion of it was asked for here,
+/// the cache does not have it, and from storage for 30 s after a deletion of it was asked for here,
 /// so that a create straight after `kubectl delete namespace` is refused even before the cache sees `Terminating`.
 #[derive(Default)]
 pub struct Lifecycle {
@@ -142,10 +142,10 @@ impl admission::Validating for Lifecycle {
             }
             let namespace = request.namespace;
             let terminating = |ns: &Value| meta::path_str(ns, "status.phase") == "Terminating" || meta::is_deleting(ns);
-            let mut found = cluster.lookup(&key(namespace)).await.map_err(ApiError::from_storage)?;
+            let mut found = cluster.lookup(&key(namespace)).await?;
             if found.as_ref().is_some_and(|ns| !terminating(ns)) && self.recently_deleted(namespace) {
                 let live = Cluster { cache: None, ..cluster };
-                found = live.lookup(&key(namespace)).await.map_err(ApiError::from_storage)?;
+                found = live.lookup(&key(namespace)).await?;
             }
             let Some(ns) = found else {
                 return Err(ApiError::not_found_named("", "namespaces", namespace));

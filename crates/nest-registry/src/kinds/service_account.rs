@@ -54,7 +54,7 @@ async fn service_account(cluster: Cluster<'_>, namespace: &str, name: &str) -> R
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(100 + fastrand::u64(..100))).await;
         }
-        if let Some(account) = cluster.lookup(&key).await.map_err(ApiError::from_storage)? {
+        if let Some(account) = cluster.lookup(&key).await? {
             return Ok(Some(Value::clone(&account)));
         }
     }

@@ -32,6 +32,16 @@ struct From<'a> {
     cached: bool,
 }
 
+/// Whether writing `obj` back removes it instead: it is being deleted, its finalizers are all gone, its kind holds
+/// nothing back and no grace period is left.
+fn removes(resource: &Resource, obj: &Value) -> bool {
+    let grace_pending = obj["metadata"]["deletionGracePeriodSeconds"].as_i64().is_some_and(|g| g > 0);
+    meta::is_deleting(obj)
+        && meta::finalizers(obj).is_empty()
+        && !resource.strategy.holds_removal(obj)
+        && !grace_pending
+}
+
 /// Whether `new` is `old` with nothing changed but (at most) its resourceVersion. kube-apiserver then writes nothing
 /// (no new revision, no watch event) and answers with the stored object (`GuaranteedUpdate` in
 /// `k8s.io/apiserver/pkg/storage/etcd3/store.go`, 1.33): without that, every controller that writes an unchanged
@@ -277,8 +287,13 @@ impl Registry {
         updated.ok_or_else(|| ApiError::internal("an update from storage came back undecided"))
     }
 
-    /// An update of `from`: the result, or `None` when `from` came from the watch cache and may have been stale
-    /// (a conflict, or nothing changed), so that the update must start again from storage.
+    /// An update of `from`: the result, or `None` when `from` came from the watch cache and proved stale, so that the
+    /// update must start again from storage.
+    ///
+    /// From a cached copy, only a compare-and-swap write that succeeds proves the copy was current. Any other outcome
+    /// — an error, nothing to change, or a removal (whose hooks act before its own revision check) — is an answer about
+    /// the copy, given only once storage shows the copy's revision still current, as upstream's GuaranteedUpdate
+    /// does with a cached object that is not `origStateIsCurrent`.
     #[allow(clippy::too_many_arguments)]
     async fn update_from(
         &self,
@@ -291,13 +306,19 @@ impl Registry {
         subresource: Subresource,
         dry_run: bool,
     ) -> Result<Option<Value>> {
-        let stale = |error: &ApiError| from.cached && error.code == 409;
-        match self.next_version(resource, namespace, name, from.revision, from.old, body, subresource, dry_run).await {
-            Err(error) if stale(&error) => Ok(None),
-            Err(error) => Err(error),
-            Ok(Updated::DryRun(obj) | Updated::Unchanged(obj)) => Ok((!from.cached).then_some(obj)),
-            Ok(Updated::Store(obj)) => match self.write_back(resource, key, name, obj, from.revision).await {
-                Err(error) if stale(&error) => Ok(None),
+        let next =
+            self.next_version(resource, namespace, name, from.revision, from.old, body, subresource, dry_run).await;
+        let proves_itself = matches!(&next, Ok(Updated::Store(obj)) if !removes(resource, obj));
+        if from.cached && !proves_itself {
+            let current = self.store.get(key.as_bytes()).await.about(&resource.info, name)?;
+            if current.is_none_or(|item| item.mod_revision != from.revision) {
+                return Ok(None);
+            }
+        }
+        match next? {
+            Updated::DryRun(obj) | Updated::Unchanged(obj) => Ok(Some(obj)),
+            Updated::Store(obj) => match self.write_back(resource, key, name, obj, from.revision).await {
+                Err(error) if from.cached && error.code == 409 => Ok(None),
                 other => other.map(Some),
             },
         }
@@ -364,12 +385,7 @@ impl Registry {
         expected: Revision,
     ) -> Result<Value> {
         let info = &resource.info;
-        let grace_pending = obj["metadata"]["deletionGracePeriodSeconds"].as_i64().is_some_and(|g| g > 0);
-        if meta::is_deleting(&obj)
-            && meta::finalizers(&obj).is_empty()
-            && !resource.strategy.holds_removal(&obj)
-            && !grace_pending
-        {
+        if removes(resource, &obj) {
             return self.remove(resource, key, name, obj, expected).await;
         }
         let item = self.store.update(key.as_bytes(), Self::encode(info, &obj)?, expected).await.about(info, name)?;
