@@ -44,6 +44,11 @@ impl Cluster<'_> {
         {
             return Ok(Some(object));
         }
+        self.live(key).await
+    }
+
+    /// The object stored under `key`, from storage whatever the cache holds (upstream's live lookup).
+    pub async fn live(&self, key: &str) -> Result<Option<Arc<Cached>>> {
         let Some(item) = self.store.get(key.as_bytes()).await.map_err(ApiError::from_storage)? else { return Ok(None) };
         let object = crate::cache::decode(&item.value, item.mod_revision)
             .ok_or_else(|| ApiError::internal(format!("the object stored under {key} is not JSON")))?;

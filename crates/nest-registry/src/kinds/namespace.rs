@@ -144,8 +144,7 @@ impl admission::Validating for Lifecycle {
             let terminating = |ns: &Value| meta::path_str(ns, "status.phase") == "Terminating" || meta::is_deleting(ns);
             let mut found = cluster.lookup(&key(namespace)).await?;
             if found.as_ref().is_some_and(|ns| !terminating(ns)) && self.recently_deleted(namespace) {
-                let live = Cluster { cache: None, ..cluster };
-                found = live.lookup(&key(namespace)).await?;
+                found = cluster.live(&key(namespace)).await?;
             }
             let Some(ns) = found else {
                 return Err(ApiError::not_found_named("", "namespaces", namespace));

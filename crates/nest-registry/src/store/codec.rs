@@ -28,15 +28,20 @@ impl Registry {
     }
 
     pub(super) fn decode_at(info: &ResourceInfo, bytes: &[u8], revision: Revision) -> Result<Value> {
-        let mut obj: Value = serde_json::from_slice(bytes)
+        let obj: Value = serde_json::from_slice(bytes)
             .map_err(|e| ApiError::internal(format!("stored {} is not JSON: {e}", info.qualified())))?;
+        Ok(Self::served(info, obj, revision))
+    }
+
+    /// A stored object (as decoded, or as the watch cache holds it) at `revision`, as the API serves it.
+    pub(super) fn served(info: &ResourceInfo, mut obj: Value, revision: Revision) -> Value {
         meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(revision.0.to_string()));
         crate::convert::from_storage(info, &mut obj);
         // Defaults added to a schema after an object was written apply when it is read, as in kube-apiserver.
         if let Some(schema) = &info.schema {
             crate::schema::default(schema, &mut obj);
         }
-        Ok(obj)
+        obj
     }
 
     /// An object just written at `revision`, as a read would serve it.

@@ -272,7 +272,7 @@ impl Registry {
             && let Some(Some(cached)) = self.cache.as_ref().and_then(|cache| cache.get(&key))
             && let Ok(revision) = meta::meta_str(&cached, "resourceVersion").parse().map(Revision)
         {
-            let old = Self::decode_at(info, cached.json(), revision)?;
+            let old = Self::served(info, Value::clone(&cached), revision);
             let from = From { old: &old, revision, cached: true };
             if let Some(updated) =
                 self.update_from(resource, namespace, name, &key, from, body.clone(), subresource, false).await?
