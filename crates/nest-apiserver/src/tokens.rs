@@ -35,7 +35,7 @@ pub struct Config {
     pub issuer: String,
     /// `--api-audiences`; the issuer when empty.
     pub audiences: Vec<String>,
-    /// `--service-account-signing-key-file` (PEM, EC P-256 or RSA, PKCS#8); `<data>/pki/sa.key`, made when missing,
+    /// `--service-account-signing-key-file` (PEM: RSA, or EC on P-256; PKCS#1, SEC 1 or PKCS#8); `<data>/pki/sa.key`, made when missing,
     /// when unset.
     pub signing_key_file: Option<PathBuf>,
     /// `--service-account-key-file` (PEM public keys or certificates): what tokens may be signed with; the signing
@@ -64,8 +64,8 @@ impl Issuer {
     /// The issuer `config` describes, with its keys read (or, without a signing key file, made in `data_dir`).
     pub fn load(config: &Config, data_dir: &Path) -> anyhow::Result<Issuer> {
         use anyhow::Context as _;
-        let (signing_pem, generated_public) = match &config.signing_key_file {
-            Some(path) => (std::fs::read(path).with_context(|| format!("reading {}", path.display()))?, None),
+        let (signing_path, generated_public) = match &config.signing_key_file {
+            Some(path) => (path.clone(), None),
             None => {
                 let dir = data_dir.join("pki");
                 crate::certs::create_private_dir(&dir)?;
@@ -75,40 +75,34 @@ impl Issuer {
                     crate::certs::write_private(&key, &private_pem)?;
                     std::fs::write(&public, public_pem)?;
                 }
-                (std::fs::read(&key)?, Some(std::fs::read(&public)?))
+                (key, Some(std::fs::read(&public)?))
             }
         };
+        let signing_pem =
+            std::fs::read(&signing_path).with_context(|| format!("reading {}", signing_path.display()))?;
+        // The algorithm is what the key is (its PEM label, or PKCS#8's algorithm identifier), never a guess from text.
+        let signing_key = nest_pki::SigningKey::from_pem(&signing_pem).with_context(|| {
+            format!(
+                "the service-account signing key {} (PEM: RSA, or EC on P-256; PKCS#1, SEC 1 or PKCS#8)",
+                signing_path.display()
+            )
+        })?;
         let mut public_pems: Vec<Vec<u8>> = Vec::new();
         for path in &config.key_files {
             public_pems.push(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?);
         }
         if public_pems.is_empty() {
-            let public = match generated_public {
-                Some(public) => public,
-                None => nest_pki::public_key_pem(&String::from_utf8_lossy(&signing_pem))
-                    .context("the service-account signing key's public key (give --service-account-key-file)")?
-                    .into_bytes(),
-            };
-            public_pems.push(public);
+            public_pems.push(generated_public.unwrap_or_else(|| signing_key.public_key_pem().into_bytes()));
         }
         let mut verifiers = Vec::new();
         for pem in &public_pems {
             verifiers.extend(verifiers_of(pem)?);
         }
-        let signing_public = nest_pki::public_key_pem(&String::from_utf8_lossy(&signing_pem))
-            .ok()
-            .and_then(|p| spki_ders(p.as_bytes()).ok());
-        let signing_kid = signing_public.and_then(|ders| ders.first().map(|der| key_id(der)));
-        let algorithm =
-            if String::from_utf8_lossy(&signing_pem).contains("RSA") { Algorithm::RS256 } else { Algorithm::ES256 };
-        let key = match algorithm {
-            Algorithm::RS256 => EncodingKey::from_rsa_pem(&signing_pem),
-            _ => EncodingKey::from_ec_pem(&signing_pem),
-        }
-        .context("reading the service-account signing key (PEM, EC P-256 or RSA)")?;
-        let kid = signing_kid
-            .or_else(|| verifiers.first().map(|v| v.kid.clone()))
-            .context("no public key for the service-account signing key")?;
+        let (algorithm, key) = match signing_key.algorithm() {
+            nest_pki::KeyAlgorithm::Rsa => (Algorithm::RS256, EncodingKey::from_rsa_der(signing_key.der())),
+            nest_pki::KeyAlgorithm::EcP256 => (Algorithm::ES256, EncodingKey::from_ec_der(signing_key.der())),
+        };
+        let kid = key_id(signing_key.public_key_der());
         let issuer = if config.issuer.is_empty() { DEFAULT_ISSUER.to_string() } else { config.issuer.clone() };
         let audiences = if config.audiences.is_empty() { vec![issuer.clone()] } else { config.audiences.clone() };
         Ok(Issuer { issuer, audiences, signing: (kid, algorithm, key), verifiers })
@@ -474,5 +468,61 @@ mod tests {
         let token = issuer.sign(&claims(json!({}))).unwrap();
         assert!(again.verified(&token, issuer.audiences()).is_some(), "a restarted server takes its earlier tokens");
         assert_eq!(issuer.discovery("127.0.0.1:6443")["jwks_uri"], "https://127.0.0.1:6443/openid/v1/jwks");
+    }
+
+    /// An issuer whose `--service-account-signing-key-file` holds `pem`.
+    fn issuer_of_key(pem: &str) -> anyhow::Result<(tempfile::TempDir, Issuer)> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("signing.key");
+        std::fs::write(&file, pem).unwrap();
+        let config = Config { signing_key_file: Some(file), ..Config::default() };
+        let issuer = Issuer::load(&config, dir.path())?;
+        Ok((dir, issuer))
+    }
+
+    /// Signs and verifies a token with `issuer`, and checks the published key is of `kty`.
+    fn signs_and_verifies(issuer: &Issuer, kty: &str) {
+        let token = issuer.sign(&claims(json!({}))).unwrap();
+        assert!(issuer.verified(&token, issuer.audiences()).is_some());
+        assert_eq!(issuer.jwks()["keys"][0]["kty"], kty);
+        assert_eq!(issuer.jwks()["keys"][0]["kid"], issuer.signing.0);
+    }
+
+    #[test]
+    fn a_p256_key_whose_pem_text_holds_rsa_signs_as_ec() {
+        // Issue 39: about one new P-256 key in 1,400 has "RSA" in its base64 body, and was read as an RSA key.
+        let body = |pem: &str| pem.lines().filter(|l| !l.starts_with("-----")).collect::<String>();
+        let private = (0..200_000)
+            .map(|_| nest_pki::key_pair().unwrap().1)
+            .find(|pem| body(pem).contains("RSA"))
+            .expect("a P-256 key with RSA in its text within 200,000 tries");
+        let (_dir, issuer) = issuer_of_key(&private).unwrap();
+        assert_eq!(issuer.signing.1, Algorithm::ES256);
+        signs_and_verifies(&issuer, "EC");
+    }
+
+    #[test]
+    fn an_rsa_key_signs_in_pkcs1_and_pkcs8_form() {
+        let (_a, pkcs1) = issuer_of_key(include_str!("../../nest-pki/testdata/rsa-pkcs1.pem")).unwrap();
+        let (_b, pkcs8) = issuer_of_key(include_str!("../../nest-pki/testdata/rsa-pkcs8.pem")).unwrap();
+        for issuer in [&pkcs1, &pkcs8] {
+            assert_eq!(issuer.signing.1, Algorithm::RS256);
+            signs_and_verifies(issuer, "RSA");
+        }
+        // The same key: each takes the other's tokens.
+        assert_eq!(pkcs1.signing.0, pkcs8.signing.0);
+        let token = pkcs1.sign(&claims(json!({}))).unwrap();
+        assert!(pkcs8.verified(&token, pkcs8.audiences()).is_some());
+        // openssl ecparam -genkey's SEC 1 form (after its EC PARAMETERS block) signs as EC.
+        let (_c, sec1) = issuer_of_key(include_str!("../../nest-pki/testdata/ec-sec1.pem")).unwrap();
+        signs_and_verifies(&sec1, "EC");
+    }
+
+    #[test]
+    fn a_key_that_signs_nothing_is_refused_naming_the_file_and_what_it_holds() {
+        let error = issuer_of_key(include_str!("../../nest-pki/testdata/ed25519-pkcs8.pem")).err().unwrap();
+        let message = format!("{error:#}");
+        assert!(message.contains("signing.key"), "{message}");
+        assert!(message.contains("algorithm 1.3.101.112"), "{message}");
     }
 }

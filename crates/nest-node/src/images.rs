@@ -87,6 +87,29 @@ pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
 
+/// How a layer's bytes are compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Compression {
+    None,
+    Gzip,
+}
+
+/// How a layer of `media_type` is compressed, by its exact media type (OCI's, and Docker's schema 2 ones registries
+/// still serve); any other type, zstd among them, is refused by name rather than guessed from its suffix.
+fn layer_compression(media_type: &MediaType) -> Result<Compression, ImageError> {
+    match media_type {
+        MediaType::ImageLayer | MediaType::ImageLayerNonDistributable => Ok(Compression::None),
+        MediaType::ImageLayerGzip | MediaType::ImageLayerNonDistributableGzip => Ok(Compression::Gzip),
+        MediaType::Other(docker)
+            if docker == "application/vnd.docker.image.rootfs.diff.tar.gzip"
+                || docker == "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" =>
+        {
+            Ok(Compression::Gzip)
+        }
+        other => Err(ImageError::Invalid(format!("a layer of media type {other}, which this node cannot unpack"))),
+    }
+}
+
 /// A descriptor of `size` bytes of `media_type` with `digest`.
 fn descriptor(media_type: MediaType, size: u64, digest: &str) -> Result<Descriptor, ImageError> {
     let digest: oci_spec::image::Digest =
@@ -466,10 +489,13 @@ impl Store {
         let mut budget = Budget { bytes: self.limit, entries: MOST_ENTRIES };
         for layer in &image.layers {
             let file = std::fs::File::open(self.blob_path(layer.digest().as_ref())?)?;
-            let reader: Box<dyn Read> = if layer.media_type().to_string().ends_with("gzip") {
-                Box::new(flate2::read::GzDecoder::new(file))
-            } else {
-                Box::new(file)
+            let reader: Box<dyn Read> = match layer_compression(layer.media_type()) {
+                Ok(Compression::Gzip) => Box::new(flate2::read::GzDecoder::new(file)),
+                Ok(Compression::None) => Box::new(file),
+                Err(error) => {
+                    let _ = std::fs::remove_dir_all(&temporary);
+                    return Err(error);
+                }
             };
             if let Err(error) = unpack_layer(reader, &temporary, base, &mut budget) {
                 let _ = std::fs::remove_dir_all(&temporary);
@@ -792,6 +818,19 @@ mod tests {
 
     fn plenty() -> Budget {
         Budget { bytes: 1 << 30, entries: 1 << 20 }
+    }
+
+    #[test]
+    fn a_layer_is_unpacked_by_its_exact_media_type() {
+        let of = |media: &str| layer_compression(&MediaType::from(media));
+        assert_eq!(of("application/vnd.oci.image.layer.v1.tar").unwrap(), Compression::None);
+        assert_eq!(of("application/vnd.oci.image.layer.v1.tar+gzip").unwrap(), Compression::Gzip);
+        assert_eq!(of("application/vnd.docker.image.rootfs.diff.tar.gzip").unwrap(), Compression::Gzip);
+        // A suffix is no format: zstd, and a made-up type that ends in "gzip", are refused by name.
+        for refused in ["application/vnd.oci.image.layer.v1.tar+zstd", "application/x-not-a-layer+gzip"] {
+            let message = of(refused).unwrap_err().to_string();
+            assert_eq!(message, format!("a layer of media type {refused}, which this node cannot unpack"));
+        }
     }
 
     #[test]

@@ -112,9 +112,13 @@ impl Network {
             )));
         }
         let address = format!("{}/{}", bridge.gateway, bridge.prefix);
-        ip(&["link", "add", "name", &bridge.name, "type", "bridge"], true)?;
-        ip(&["addr", "replace", &address, "dev", &bridge.name], false)?;
-        ip(&["link", "set", &bridge.name, "up"], false)?;
+        // Made unless an earlier run left it: asked of the kernel (the interface's sysfs entry), not read from `ip`'s
+        // error text.
+        if !std::path::Path::new("/sys/class/net").join(&bridge.name).exists() {
+            ip(&["link", "add", "name", &bridge.name, "type", "bridge"])?;
+        }
+        ip(&["addr", "replace", &address, "dev", &bridge.name])?;
+        ip(&["link", "set", &bridge.name, "up"])?;
         // Pods' namespaces left on the bridge by an earlier run that did not stop cleanly: nothing runs in them any
         // more (the node kills what an earlier run left before it starts pods, each in a new namespace), and their
         // addresses would be taken twice.
@@ -132,7 +136,7 @@ impl Network {
             if word == "link-netns"
                 && let Some(name) = words.next().filter(|n| n.starts_with("nest-"))
             {
-                ip(&["netns", "delete", name], false)?;
+                ip(&["netns", "delete", name])?;
             }
         }
         Ok(())
@@ -149,7 +153,7 @@ impl Network {
         std::fs::create_dir_all(pod_dir)
             .and_then(|()| std::fs::write(pod_dir.join("network.json"), serde_json::to_vec(&chain).unwrap_or_default()))
             .map_err(|e| NetworkError(format!("writing the pod's network configuration: {e}")))?;
-        ip(&["netns", "add", &name], false)?;
+        ip(&["netns", "add", &name])?;
         let netns = Path::new(NETNS_DIR).join(&name);
         let mut previous: Option<Value> = None;
         for (interface, config) in &chain {
@@ -187,7 +191,7 @@ impl Network {
                 tracing::warn!(pod = uid, %error, "tearing down a pod's network");
             }
         }
-        if let Err(error) = ip(&["netns", "delete", &name], false) {
+        if let Err(error) = ip(&["netns", "delete", &name]) {
             tracing::warn!(pod = uid, %error, "removing a pod's network namespace");
         }
     }
@@ -272,13 +276,13 @@ fn namespace_name(uid: &str) -> Result<String, NetworkError> {
     Ok(format!("nest-{uid}"))
 }
 
-/// Runs `ip ARGS` (iproute2); `exists_ok` takes "File exists" for success.
-fn ip(args: &[&str], exists_ok: bool) -> Result<(), NetworkError> {
+/// Runs `ip ARGS` (iproute2).
+fn ip(args: &[&str]) -> Result<(), NetworkError> {
     let out = std::process::Command::new("ip").args(args).output().map_err(|e| {
         NetworkError(format!("running ip (iproute2; Debian: apt-get install iproute2) for pods' networks: {e}"))
     })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if out.status.success() || (exists_ok && stderr.contains("File exists")) {
+    if out.status.success() {
         return Ok(());
     }
     Err(NetworkError(format!("ip {}: {}", args.join(" "), stderr.trim())))

@@ -1,10 +1,15 @@
 //! Certificates for nest: a cluster CA ([`Ca`]), the serving and client certificates it issues ([`Ca::issue`]),
-//! key pairs for service-account tokens ([`key_pair`]) and kubeconfigs that embed them ([`kubeconfig`]).
+//! key pairs for service-account tokens ([`key_pair`]) and the signing keys read from files ([`SigningKey`]), and
+//! kubeconfigs that embed them ([`kubeconfig`]).
 //!
 //! Everything is PEM text, as Kubernetes keeps it in Secrets and files. Any CA can issue, whether nest made it or not:
 //! the issuer's name is read from its certificate.
 
 use std::time::{Duration, SystemTime};
+
+mod signing_key;
+
+pub use signing_key::{KeyAlgorithm, KeyError, SigningKey};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -135,11 +140,6 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         }
     }
     (number.is_empty() && total > 0.0).then(|| Duration::from_secs_f64(total))
-}
-
-/// The public key (PEM SubjectPublicKeyInfo) of a PEM PKCS#8 private key.
-pub fn public_key_pem(private_pem: &str) -> Result<String> {
-    Ok(KeyPair::from_pem(private_pem)?.public_key_pem())
 }
 
 /// When a PEM certificate stops being valid.

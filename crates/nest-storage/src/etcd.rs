@@ -360,7 +360,7 @@ fn retriable(error: &etcd_client::Error, kind: Retry) -> bool {
         etcd_client::Error::GRpcStatus(status) => {
             matches!(kind, Retry::Read | Retry::Cas)
                 && matches!(status.code(), Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Aborted)
-                && !refusal(status.message())
+                && refusal(status).is_none()
         }
         _ => false,
     }
@@ -388,9 +388,25 @@ fn unapplied(message: &str) -> bool {
     .any(|m| message.contains(m))
 }
 
-/// etcd's answers that are final, whichever member gives them.
-fn refusal(message: &str) -> bool {
-    ["compacted", "future revision", "too large", "database space exceeded"].iter().any(|m| message.contains(m))
+/// etcd's final refusals, whichever member gives them: the errors its own client (`api/v3rpc/rpctypes`) knows by
+/// gRPC code and exact description. Matched exactly, so that no other message that happens to hold the words counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    Compacted,
+    FutureRevision,
+    TooLarge,
+    NoSpace,
+}
+
+fn refusal(status: &tonic::Status) -> Option<Refusal> {
+    use tonic::Code;
+    match (status.code(), status.message()) {
+        (Code::OutOfRange, "etcdserver: mvcc: required revision has been compacted") => Some(Refusal::Compacted),
+        (Code::OutOfRange, "etcdserver: mvcc: required revision is a future revision") => Some(Refusal::FutureRevision),
+        (Code::InvalidArgument, "etcdserver: request is too large") => Some(Refusal::TooLarge),
+        (Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded") => Some(Refusal::NoSpace),
+        _ => None,
+    }
 }
 
 /// Translates an etcd failure, recognising the refusals the store interface names.
@@ -398,17 +414,12 @@ fn etcd_error(context: &'static str, requested: Option<Revision>, error: etcd_cl
     if let etcd_client::Error::GRpcStatus(status) = &error {
         let message = status.message();
         let requested = requested.unwrap_or_default();
-        if message.contains("required revision has been compacted") {
-            return Error::Compacted { requested };
-        }
-        if message.contains("required revision is a future revision") {
-            return Error::FutureRevision { requested };
-        }
-        if message.contains("request is too large") {
-            return Error::ValueTooLarge { size: 0, limit: crate::MAX_VALUE_SIZE };
-        }
-        if message.contains("database space exceeded") {
-            return Error::NoSpace { detail: message.to_string() };
+        match refusal(status) {
+            Some(Refusal::Compacted) => return Error::Compacted { requested },
+            Some(Refusal::FutureRevision) => return Error::FutureRevision { requested },
+            Some(Refusal::TooLarge) => return Error::ValueTooLarge { size: 0, limit: crate::MAX_VALUE_SIZE },
+            Some(Refusal::NoSpace) => return Error::NoSpace { detail: message.to_string() },
+            None => {}
         }
         if unapplied(message) || status.code() == tonic::Code::Unavailable {
             return Error::Unavailable { context, detail: message.to_string() };

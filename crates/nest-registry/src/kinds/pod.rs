@@ -235,9 +235,7 @@ fn default_container(c: &mut Value) {
     }
     if c.get("imagePullPolicy").is_none() {
         let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
-        let tag = image.rsplit('/').next().unwrap_or(image);
-        let latest = !image.contains('@') && (!tag.contains(':') || tag.ends_with(":latest"));
-        c["imagePullPolicy"] = json!(if latest { "Always" } else { "IfNotPresent" });
+        c["imagePullPolicy"] = json!(if pulls_always(image) { "Always" } else { "IfNotPresent" });
     }
     for port in c.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
         if port.is_object() && port.get("protocol").is_none_or(Value::is_null) {
@@ -464,9 +462,36 @@ pub fn spec(spec: &Value, at: &str) -> Vec<Cause> {
     causes
 }
 
+/// Whether a container of `image` is pulled every time by default: when its tag is `latest`, named or implied (no tag
+/// and no digest), as `SetDefaults_Container` reads it through `parsers.ParseImageName` (1.33). The reference is
+/// parsed by the distribution grammar, so `registry:5000/app` has no tag and `app:latest@sha256:…` has one; a
+/// reference that does not parse has none.
+fn pulls_always(image: &str) -> bool {
+    image.parse::<oci_spec::distribution::Reference>().is_ok_and(|reference| reference.tag() == Some("latest"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pull_policy_defaults_to_always_for_a_latest_tag_named_or_implied() {
+        for always in ["nginx", "nginx:latest", "registry.example:5000/team/app", "localhost:5000/app:latest"] {
+            assert!(pulls_always(always), "{always}");
+        }
+        for if_not_present in [
+            "nginx:1.27",
+            "registry.example:5000/team/app:v2",
+            "app@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            // Not a reference by the grammar (upper case): ParseImageName fails, so there is no tag.
+            "Nginx",
+            "",
+        ] {
+            assert!(!pulls_always(if_not_present), "{if_not_present}");
+        }
+        // A tag beside a digest is still a tag: `latest` with a digest is pulled always, as upstream parses it.
+        assert!(pulls_always("app:latest@sha256:0000000000000000000000000000000000000000000000000000000000000000"));
+    }
 
     #[test]
     fn qos_classes_are_kube_apiservers() {

@@ -59,11 +59,11 @@ fn usage(pod: &Value) -> BTreeMap<&'static str, Option<f64>> {
 /// `value` of `resource` as upstream prints quantities: cores in whole numbers or millicores, bytes in the largest
 /// binary unit that divides them, counts as they are.
 fn show(resource: &str, value: f64) -> String {
-    if resource.ends_with("cpu") || resource == "cpu" {
+    if matches!(resource, "cpu" | "requests.cpu" | "limits.cpu") {
         let milli = (value * 1000.0).round() as i64;
         return if milli % 1000 == 0 { (milli / 1000).to_string() } else { format!("{milli}m") };
     }
-    if resource.ends_with("memory") || resource == "memory" {
+    if matches!(resource, "memory" | "requests.memory" | "limits.memory") {
         let bytes = value.round() as i64;
         for (suffix, factor) in
             [("Ei", 1i64 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)]

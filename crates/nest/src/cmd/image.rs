@@ -97,21 +97,35 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The registry of `reference` when it is on this machine (spoken to over plain HTTP), else nothing.
+/// The registry of `reference` when it is on this machine (spoken to over plain HTTP), else nothing. The registry is
+/// the reference's, by the distribution grammar: `nginx:1.27` names Docker Hub, `localhost:5000/app` this machine.
 fn plain_http(reference: &str) -> Vec<String> {
-    let host = reference.split('/').next().unwrap_or_default().to_string();
+    let Ok(parsed) = reference.parse::<oci_spec::distribution::Reference>() else { return Vec::new() };
+    let host = parsed.registry().to_string();
     let name = host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h);
     let local = name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
     if local { vec![host] } else { Vec::new() }
 }
 
-/// The shared libraries `binary` links, as `ldd` lists them (the loader included).
+/// Whether `binary` (ELF) asks for a program interpreter, that is, is dynamically linked: read from its program
+/// headers rather than from `ldd`'s words.
+fn dynamically_linked(binary: &Path) -> anyhow::Result<bool> {
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    let data = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&*data)
+        .map_err(|e| anyhow::anyhow!("{} is no 64-bit ELF executable: {e}", binary.display()))?;
+    let endian = header.endian().map_err(|e| anyhow::anyhow!("{}: {e}", binary.display()))?;
+    let headers = header.program_headers(endian, &*data).map_err(|e| anyhow::anyhow!("{}: {e}", binary.display()))?;
+    Ok(headers.iter().any(|h| h.p_type(endian) == object::elf::PT_INTERP))
+}
+
+/// The shared libraries `binary` links, as `ldd` lists them (the loader included); none when it is static.
 fn libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let out = std::process::Command::new("ldd").arg(binary).output().context("running ldd")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if text.contains("statically linked") || text.contains("not a dynamic executable") {
+    if !dynamically_linked(binary)? {
         return Ok(Vec::new());
     }
+    let out = std::process::Command::new("ldd").arg(binary).output().context("running ldd")?;
+    let text = String::from_utf8_lossy(&out.stdout);
     anyhow::ensure!(out.status.success(), "ldd {}: {}", binary.display(), String::from_utf8_lossy(&out.stderr));
     let mut found = Vec::new();
     for line in text.lines() {
@@ -204,4 +218,27 @@ fn build(output: &Path, tag: &str) -> anyhow::Result<String> {
         .rootfs(rootfs)
         .build()?;
     Ok(nest_node::images::write_archive(output, tag, &configuration, &layer)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_reference_whose_registry_is_this_machine_is_spoken_to_over_plain_http() {
+        assert_eq!(plain_http("localhost:5000/team/app:1"), vec!["localhost:5000"]);
+        assert_eq!(plain_http("127.0.0.1:5000/app"), vec!["127.0.0.1:5000"]);
+        // Docker Hub names, whatever their text looks like.
+        assert!(plain_http("nginx:1.27").is_empty());
+        assert!(plain_http("localhost:5000").is_empty(), "a repository named localhost with tag 5000");
+        assert!(plain_http("registry.example:5000/app").is_empty());
+    }
+
+    #[test]
+    fn a_dynamically_linked_binary_is_told_by_its_program_headers() {
+        assert!(dynamically_linked(&std::env::current_exe().unwrap()).unwrap());
+        let not_elf = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(not_elf.path(), "statically linked").unwrap();
+        assert!(dynamically_linked(not_elf.path()).is_err());
+    }
 }
