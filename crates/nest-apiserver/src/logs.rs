@@ -29,8 +29,70 @@ pub fn kubelet_client(pki: &crate::certs::Pki) -> anyhow::Result<rustls::ClientC
     Ok(config)
 }
 
-/// The query parameters `PodLogOptions` has that the kubelet takes.
-const PASSED_ON: &[&str] = &["follow", "tailLines", "sinceSeconds", "timestamps", "previous", "limitBytes"];
+/// The query parameters of `PodLogOptions` the kubelet takes, read and checked as kube-apiserver reads them
+/// (`ValidatePodLogOptions`, 1.33): a value that does not parse is a 400; a number out of its range, or both
+/// `sinceSeconds` and `sinceTime`, a 422 for the kind `PodLogOptions` named after the pod, before the pod is looked
+/// up. What goes on to the kubelet is written again from the parsed values, never copied from the request.
+fn log_options(name: &str, query: &impl Fn(&str) -> Option<String>) -> Result<Vec<String>> {
+    use nest_registry::error::Cause;
+    let mut passed = Vec::new();
+    for key in ["follow", "timestamps", "previous"] {
+        if let Some(value) = query(key) {
+            // strconv.ParseBool's spellings.
+            let flag = match value.as_str() {
+                "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
+                "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
+                other => {
+                    return Err(ApiError::bad_request(format!("strconv.ParseBool: parsing {other:?}: invalid syntax")));
+                }
+            };
+            passed.push(format!("{key}={flag}"));
+        }
+    }
+    let mut causes = Vec::new();
+    let mut numbers = Vec::new();
+    for (key, least, message) in [
+        ("tailLines", 0, "must be greater than or equal to 0"),
+        ("sinceSeconds", 1, "must be greater than 0"),
+        ("limitBytes", 1, "must be greater than 0"),
+    ] {
+        let Some(value) = query(key) else { continue };
+        let number = value.parse::<i64>().map_err(|e| {
+            let why = if matches!(e.kind(), std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow) {
+                "value out of range"
+            } else {
+                "invalid syntax"
+            };
+            ApiError::bad_request(format!("strconv.ParseInt: parsing {value:?}: {why}"))
+        })?;
+        numbers.push((key, number));
+        if number < least {
+            causes.push(Cause::invalid(key, format!("Invalid value: {number}: {message}")));
+        }
+    }
+    let since_time = match query("sinceTime") {
+        Some(text) => Some(text.parse::<jiff::Timestamp>().map_err(|_| {
+            ApiError::bad_request(format!("parsing time {text:?} as \"2006-01-02T15:04:05Z07:00\": cannot parse"))
+        })?),
+        None => None,
+    };
+    if since_time.is_some() && numbers.iter().any(|(key, _)| *key == "sinceSeconds") {
+        causes.retain(|c| c.field != "sinceSeconds");
+        causes.push(Cause {
+            reason: "FieldValueForbidden",
+            message: "Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified".into(),
+            field: "[]".into(),
+        });
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid_kind("", "PodLogOptions", name, causes));
+    }
+    passed.extend(numbers.into_iter().map(|(key, number)| format!("{key}={number}")));
+    if let Some(time) = since_time {
+        passed.push(format!("sinceTime={}", time.strftime("%Y-%m-%dT%H:%M:%SZ")));
+    }
+    Ok(passed)
+}
 
 /// Which container of `pod` the request means.
 fn container(pod: &Value, asked: Option<&str>) -> Result<String> {
@@ -71,6 +133,7 @@ pub async fn pod_log(
     name: &str,
     query: impl Fn(&str) -> Option<String>,
 ) -> Result<Response<Body>> {
+    let passed = log_options(name, &query)?;
     let pods = registry.resource("", "v1", "pods").expect("pods are built in");
     let nodes = registry.resource("", "v1", "nodes").expect("nodes are built in");
     let pod = registry.get(&pods, namespace, name).await?;
@@ -102,8 +165,6 @@ pub async fn pod_log(
         )));
     };
     let mut path = format!("/containerLogs/{namespace}/{name}/{container}");
-    let passed: Vec<String> =
-        PASSED_ON.iter().filter_map(|key| query(key).map(|value| format!("{key}={value}"))).collect();
     if !passed.is_empty() {
         path = format!("{path}?{}", passed.join("&"));
     }
@@ -123,7 +184,9 @@ pub async fn pod_log(
     let response = sender.send_request(request).await.map_err(|e| unreachable(&e))?;
     let status = response.status();
     if status != StatusCode::OK {
-        let text = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        // An error's text is short; a node that sends more is cut off at 64 KiB.
+        let limited = http_body_util::Limited::new(response.into_body(), 64 << 10);
+        let text = limited.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         let message = String::from_utf8_lossy(&text).trim().to_string();
         return Err(match status {
             StatusCode::BAD_REQUEST => ApiError::bad_request(message),
@@ -144,4 +207,63 @@ pub async fn pod_log(
     let mut reply = Response::new(BodyExt::boxed_unsync(StreamBody::new(body)));
     reply.headers_mut().insert("content-type", "text/plain".parse().expect("a header value"));
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(query: &[(&str, &str)]) -> Result<Vec<String>> {
+        let query: Vec<(String, String)> = query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        log_options("web", &|key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn log_options_are_passed_on_as_parsed() {
+        let passed = options(&[("follow", "1"), ("tailLines", "0"), ("sinceSeconds", &i64::MAX.to_string())]).unwrap();
+        assert_eq!(passed, ["follow=true", "tailLines=0", format!("sinceSeconds={}", i64::MAX).as_str()]);
+        // Nothing the client wrote reaches the kubelet's query unread.
+        let passed = options(&[("limitBytes", "+5"), ("sinceTime", "2026-12-04T10:00:00Z")]).unwrap();
+        assert_eq!(passed, ["limitBytes=5", "sinceTime=2026-12-04T10:00:00Z"]);
+    }
+
+    #[test]
+    fn log_options_out_of_range_are_upstreams_422_for_pod_log_options() {
+        let error = options(&[("sinceSeconds", "-5")]).unwrap_err();
+        assert_eq!((error.code, error.reason), (422, "Invalid"));
+        assert_eq!(
+            error.message,
+            "PodLogOptions \"web\" is invalid: sinceSeconds: Invalid value: -5: must be greater than 0"
+        );
+        assert_eq!(error.details.kind.as_deref(), Some("PodLogOptions"));
+        assert_eq!(error.details.name.as_deref(), Some("web"));
+        let error = options(&[("tailLines", "-1"), ("limitBytes", "0")]).unwrap_err();
+        assert_eq!(
+            error.message,
+            "PodLogOptions \"web\" is invalid: [tailLines: Invalid value: -1: must be greater than or equal to 0, \
+             limitBytes: Invalid value: 0: must be greater than 0]"
+        );
+        let error = options(&[("sinceSeconds", "5"), ("sinceTime", "2026-12-04T10:00:00Z")]).unwrap_err();
+        assert_eq!(
+            error.message,
+            "PodLogOptions \"web\" is invalid: []: Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified"
+        );
+    }
+
+    #[test]
+    fn log_options_that_do_not_parse_are_400s() {
+        for (key, value, message) in [
+            (
+                "sinceSeconds",
+                "9223372036854775808",
+                "strconv.ParseInt: parsing \"9223372036854775808\": value out of range",
+            ),
+            ("tailLines", "ten", "strconv.ParseInt: parsing \"ten\": invalid syntax"),
+            ("follow", "yes", "strconv.ParseBool: parsing \"yes\": invalid syntax"),
+        ] {
+            let error = options(&[(key, value)]).unwrap_err();
+            assert_eq!((error.code, error.message.as_str()), (400, message), "{key}={value}");
+        }
+        assert_eq!(options(&[("sinceTime", "yesterday")]).unwrap_err().code, 400);
+    }
 }

@@ -1,13 +1,15 @@
 //! What every nest component does with a Kubernetes client, written once: [`connect`] from a kubeconfig, keep a
 //! [`cache`] of what a watch reports, and read a request's outcome by what it means for a controller
 //! ([`done_unless_gone_or_changed`], [`done_unless_refused`]); record [`events`] as client-go's recorder does; match
-//! [`taints`] and tolerations as the API's helpers do.
+//! [`taints`] and tolerations as the API's helpers do; and keep a long-running part going past a panic
+//! ([`supervise`]).
 //! No component links another for these.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod events;
+pub mod supervise;
 pub mod taints;
 
 use std::path::Path;

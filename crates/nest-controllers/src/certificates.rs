@@ -73,8 +73,10 @@ async fn reconcile(
         }
         Ok(()) => {
             let lifetime = match csr.spec.expiration_seconds {
+                // At least 10 minutes and at most the signer's duration (which wins should it be shorter).
                 Some(seconds) => Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
-                    .clamp(Duration::from_secs(600), signing.duration),
+                    .max(Duration::from_secs(600))
+                    .min(signing.duration),
                 None => signing.duration,
             };
             let certificate = match nest_pki::sign_request(&signing.ca, &pem, &usages, lifetime) {

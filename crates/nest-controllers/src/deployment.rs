@@ -82,24 +82,34 @@ fn normalized(value: &serde_json::Value) -> serde_json::Value {
 /// Who the Deployment's Events are from.
 const COMPONENT: &str = "deployment-controller";
 
-fn scaled(value: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
+///
+/// The counts here are i64 (Go's `int`): sums of i32 replica counts, and of counts any client may write into a
+/// ReplicaSet's status, must not overflow. A percentage that is not one counts as 0; none is below 0.
+fn scaled(value: Option<&IntOrString>, total: i64, round_up: bool, default: &str) -> i64 {
     let value = value.cloned().unwrap_or(IntOrString::String(default.to_string()));
     match value {
-        IntOrString::Int(n) => n,
+        IntOrString::Int(n) => i64::from(n).max(0),
         IntOrString::String(s) => {
-            let percent: f64 = s.trim_end_matches('%').parse().unwrap_or(0.0);
-            let exact = percent * f64::from(total) / 100.0;
-            (if round_up { exact.ceil() } else { exact.floor() }) as i32
+            let percent: i64 = s.strip_suffix('%').and_then(|p| p.parse().ok()).unwrap_or(0).max(0);
+            let product = i128::from(percent) * i128::from(total);
+            let whole = if round_up { (product + 99).div_euclid(100) } else { product.div_euclid(100) };
+            i64::try_from(whole).unwrap_or(i64::MAX)
         }
     }
 }
 
-fn replicas_of(set: &ReplicaSet) -> i32 {
-    set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
+fn replicas_of(set: &ReplicaSet) -> i64 {
+    i64::from(set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0).max(0))
 }
 
-fn available_of(set: &ReplicaSet) -> i32 {
-    set.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0)
+fn available_of(set: &ReplicaSet) -> i64 {
+    i64::from(set.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0).max(0))
+}
+
+/// A count computed here as the i32 the API holds (they never leave 0..=the Deployment's replicas, but are held
+/// there whatever the inputs).
+fn count(n: i64) -> i32 {
+    i32::try_from(n.max(0)).unwrap_or(i32::MAX)
 }
 
 fn revision_of(set: &ReplicaSet) -> i64 {
@@ -129,7 +139,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
     let hash = template_hash(&template);
     template["metadata"]["labels"][HASH_LABEL] = json!(hash);
     let new_name = existing.unwrap_or_else(|| format!("{name}-{hash}"));
-    let wanted = spec.replicas.unwrap_or(1);
+    let wanted = i64::from(spec.replicas.unwrap_or(1).max(0));
     let max_revision = sets.iter().map(revision_of).max().unwrap_or(0);
     if !sets.iter().any(|s| s.name_any() == new_name) {
         if spec.paused == Some(true) {
@@ -143,7 +153,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
             "metadata": {
                 "name": new_name, "namespace": namespace,
                 "labels": template["metadata"]["labels"],
-                "annotations": {REVISION: (max_revision + 1).to_string()},
+                "annotations": {REVISION: max_revision.saturating_add(1).to_string()},
                 "ownerReferences": [crate::controller_reference(&*deployment)],
             },
             "spec": {"replicas": initial, "minReadySeconds": spec.min_ready_seconds.unwrap_or(0), "selector": selector,
@@ -167,7 +177,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
         && revision_of(current) < max_revision
     {
         // Rolled back to an older template: it becomes the newest revision again.
-        let patch = json!({"metadata": {"annotations": {REVISION: (max_revision + 1).to_string()}}});
+        let patch = json!({"metadata": {"annotations": {REVISION: max_revision.saturating_add(1).to_string()}}});
         sets_api.patch(&new_name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
 
@@ -177,14 +187,14 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
         && let Some(new) = &new
     {
         let strategy = spec.strategy.clone().unwrap_or_default();
-        let mut changes: BTreeMap<String, i32> = BTreeMap::new();
+        let mut changes: BTreeMap<String, i64> = BTreeMap::new();
         if strategy.type_.as_deref() == Some("Recreate") {
             for set in &old {
                 if replicas_of(set) != 0 {
                     changes.insert(set.name_any(), 0);
                 }
             }
-            let old_pods: i32 = old.iter().map(|s| s.status.as_ref().map_or(0, |st| st.replicas)).sum();
+            let old_pods: i64 = old.iter().map(|s| i64::from(s.status.as_ref().map_or(0, |st| st.replicas))).sum();
             if old_pods == 0 && replicas_of(new) != wanted {
                 changes.insert(new.name_any(), wanted);
             }
@@ -196,7 +206,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
                 unavailable = 1;
             }
             // Scale up the new ReplicaSet within the surge.
-            let total: i32 = sets.iter().map(replicas_of).sum();
+            let total: i64 = sets.iter().map(replicas_of).sum();
             let new_replicas = replicas_of(new);
             let target = if old.iter().all(|s| replicas_of(s) == 0) {
                 wanted
@@ -207,7 +217,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
                 changes.insert(new.name_any(), target);
             }
             // Scale down old ones while enough pods stay available.
-            let available: i32 = sets.iter().map(available_of).sum();
+            let available: i64 = sets.iter().map(available_of).sum();
             let new_unavailable = (replicas_of(new).max(target) - available_of(new)).max(0);
             let mut removable = (available - (wanted - unavailable) - new_unavailable).max(0);
             // Old pods that are not available anyway can go at once.
@@ -228,7 +238,7 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
             let direction = if replicas > from { "up" } else { "down" };
             let message = format!("Scaled {direction} replica set {set} from {from} to {replicas}");
             context.events.about(&*deployment, "Normal", "ScalingReplicaSet", message);
-            let patch = json!({"spec": {"replicas": replicas}});
+            let patch = json!({"spec": {"replicas": count(replicas)}});
             nest_client::done_unless_refused(
                 sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await,
             )?;
@@ -252,17 +262,17 @@ async fn update_status(
     new: Option<&ReplicaSet>,
 ) -> Result<Action, kube::Error> {
     let spec = deployment.spec.clone().unwrap_or_default();
-    let wanted = spec.replicas.unwrap_or(1);
-    let count = |f: fn(&ReplicaSet) -> i32| sets.iter().map(f).sum::<i32>();
-    let replicas = count(|s| s.status.as_ref().map_or(0, |st| st.replicas));
-    let ready = count(|s| s.status.as_ref().and_then(|st| st.ready_replicas).unwrap_or(0));
-    let available = count(available_of);
+    let wanted = spec.replicas.unwrap_or(1).max(0);
+    let total = |f: fn(&ReplicaSet) -> i64| count(sets.iter().map(f).sum::<i64>());
+    let replicas = total(|s| i64::from(s.status.as_ref().map_or(0, |st| st.replicas).max(0)));
+    let ready = total(|s| i64::from(s.status.as_ref().and_then(|st| st.ready_replicas).unwrap_or(0).max(0)));
+    let available = total(available_of);
     let updated = new.and_then(|s| s.status.as_ref()).map_or(0, |st| st.replicas);
     let rolling = spec.strategy.as_ref().and_then(|s| s.rolling_update.clone()).unwrap_or_default();
     let max_unavailable = if spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate") {
         0
     } else {
-        scaled(rolling.max_unavailable.as_ref(), wanted, false, "25%")
+        count(scaled(rolling.max_unavailable.as_ref(), i64::from(wanted), false, "25%"))
     };
     let complete = updated == wanted && replicas == wanted && available == wanted;
     let now = nest_core::clock::rfc3339_now();
@@ -341,6 +351,15 @@ mod tests {
         assert_eq!(scaled(pct("25%").as_ref(), 3, false, "25%"), 0);
         assert_eq!(scaled(Some(&IntOrString::Int(2)), 3, false, "25%"), 2);
         assert_eq!(scaled(None, 10, true, "25%"), 3);
+        // At the extremes: no overflow, nothing below 0, and what is not a percentage is 0.
+        let total = i64::from(i32::MAX);
+        assert_eq!(scaled(pct("2147483647%").as_ref(), total, true, "25%"), total * total / 100 + 1);
+        assert_eq!(scaled(Some(&IntOrString::Int(i32::MIN)), total, true, "25%"), 0);
+        assert_eq!(scaled(pct("-50%").as_ref(), 10, true, "25%"), 0);
+        assert_eq!(scaled(pct("1e10%").as_ref(), 10, true, "25%"), 0);
+        assert_eq!(scaled(pct("NaN%").as_ref(), 10, true, "25%"), 0);
+        assert_eq!(count(i64::MAX), i32::MAX);
+        assert_eq!(count(-5), 0);
     }
 
     #[test]

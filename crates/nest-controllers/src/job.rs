@@ -115,7 +115,10 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         ];
         let pod = crate::pod_from_template(&*job, &spec.template, &labels, None);
         let post = PostParams::default();
-        let creations = (active.len()..wanted_active).map(|_| pods_api.create(&post, &pod));
+        // At most a burst of pods per pass, as the ReplicaSet controller (upstream: slow-start batches of at most
+        // 500): a Job asking for 2³¹ pods at once makes them a burst at a time, never 2³¹ requests in memory.
+        let missing = (wanted_active - active.len()).min(crate::replicaset::BURST);
+        let creations = (0..missing).map(|_| pods_api.create(&post, &pod));
         for created in futures_util::future::join_all(creations).await {
             let created = created?;
             context.events.about(&*job, "Normal", "SuccessfulCreate", format!("Created pod: {}", created.name_any()));

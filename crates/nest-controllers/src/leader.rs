@@ -112,7 +112,7 @@ impl Election {
         if !ours {
             spec.holder_identity = Some(self.identity.clone());
             spec.acquire_time = Some(now.clone());
-            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
             tracing::info!(lease = %self.name, from = %holder, to = %self.identity, "taking over the leader lease");
         }
         spec.lease_duration_seconds = Some(self.lease_duration.as_secs() as i32);

@@ -179,26 +179,79 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
     }
     tracing::info!(%identity, "leading: starting the controllers");
     on_leading();
+    // Each controller in a task of its own, started again if it panics: one controller's bug (or one object that
+    // trips it) stops only that controller, and only for the back-off.
+    use nest_client::supervise::restarting;
+    let with = |client: &Client| {
+        let client = client.clone();
+        move || client.clone()
+    };
     let controllers = async {
         tokio::join!(
-            namespace::run(client.clone()),
-            serviceaccount::run(client.clone(), ca_pem),
-            replicaset::run(client.clone()),
-            replicaset::run_replication(client.clone()),
-            deployment::run(client.clone()),
-            garbage::run(client.clone()),
-            nodelifecycle::run(client.clone(), node_grace),
-            taint_eviction::run(client.clone()),
-            job::run(client.clone()),
-            endpoints::run(client.clone()),
-            daemonset::run(client.clone()),
-            statefulset::run(client.clone()),
-            podgc::run(client.clone()),
-            volumes::run(client.clone(), local_volumes),
-            protection::run(client.clone()),
+            restarting("namespace", {
+                let c = with(&client);
+                move || namespace::run(c())
+            }),
+            restarting("serviceaccount", {
+                let (c, ca_pem) = (with(&client), ca_pem.clone());
+                move || serviceaccount::run(c(), ca_pem.clone())
+            }),
+            restarting("replicaset", {
+                let c = with(&client);
+                move || replicaset::run(c())
+            }),
+            restarting("replicationcontroller", {
+                let c = with(&client);
+                move || replicaset::run_replication(c())
+            }),
+            restarting("deployment", {
+                let c = with(&client);
+                move || deployment::run(c())
+            }),
+            restarting("garbagecollector", {
+                let c = with(&client);
+                move || garbage::run(c())
+            }),
+            restarting("nodelifecycle", {
+                let c = with(&client);
+                move || nodelifecycle::run(c(), node_grace)
+            }),
+            restarting("taint-eviction", {
+                let c = with(&client);
+                move || taint_eviction::run(c())
+            }),
+            restarting("job", {
+                let c = with(&client);
+                move || job::run(c())
+            }),
+            restarting("endpoints", {
+                let c = with(&client);
+                move || endpoints::run(c())
+            }),
+            restarting("daemonset", {
+                let c = with(&client);
+                move || daemonset::run(c())
+            }),
+            restarting("statefulset", {
+                let c = with(&client);
+                move || statefulset::run(c())
+            }),
+            restarting("podgc", {
+                let c = with(&client);
+                move || podgc::run(c())
+            }),
+            restarting("persistentvolume-binder", {
+                let c = with(&client);
+                move || volumes::run(c(), local_volumes)
+            }),
+            restarting("protection", {
+                let c = with(&client);
+                move || protection::run(c())
+            }),
             async {
                 if let Some(signing) = signing {
-                    certificates::run(client.clone(), signing).await;
+                    let c = with(&client);
+                    restarting("csrsigning", move || certificates::run(c(), signing.clone())).await;
                 }
             },
         );

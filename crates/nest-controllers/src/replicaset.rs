@@ -18,7 +18,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 /// At most this many pods are created or deleted per pass, as kube-controller-manager's `burstReplicas`.
-const BURST: usize = 500;
+pub(crate) const BURST: usize = 500;
 /// Runs the ReplicaSet controller until `client`'s server goes away for good.
 pub async fn run(client: Client) {
     crate::run_owning::<ReplicaSet, Pod, _, _>(client, reconcile::<ReplicaSet>, ReplicaSet::COMPONENT).await;

@@ -96,7 +96,7 @@ async fn revisions(set: &StatefulSet, pods: &[Pod], client: &Client) -> Result<R
     let newest = owned.last().map_or(0, |r| r.revision);
     match owned.iter().find(|r| r.name_any() == update) {
         Some(existing) if existing.revision < newest => {
-            let patch = json!({"revision": newest + 1});
+            let patch = json!({"revision": newest.saturating_add(1)});
             api.patch(&update, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         }
         Some(_) => {}
@@ -111,7 +111,7 @@ async fn revisions(set: &StatefulSet, pods: &[Pod], client: &Client) -> Result<R
                     ..Default::default()
                 },
                 data: Some(RawExtension(data)),
-                revision: newest + 1,
+                revision: newest.saturating_add(1),
             };
             match api.create(&PostParams::default(), &revision).await {
                 Ok(created) => owned.push(created),
@@ -261,7 +261,7 @@ impl Pass<'_> {
     fn revision_for(&self, ordinal: i32, start: i32) -> &str {
         let strategy = self.spec.update_strategy.clone().unwrap_or_default();
         let partition = strategy.rolling_update.as_ref().and_then(|r| r.partition).unwrap_or(0);
-        if strategy.type_.as_deref() != Some("OnDelete") && ordinal < start + partition {
+        if strategy.type_.as_deref() != Some("OnDelete") && ordinal < start.saturating_add(partition) {
             &self.revisions.current
         } else {
             &self.revisions.update
@@ -339,7 +339,8 @@ impl Pass<'_> {
         let start = self.spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0);
         let replicas = self.spec.replicas.unwrap_or(1).max(0);
         let mut waiting = false;
-        for ordinal in start..start + replicas {
+        // Ordinals are i32s in pod names: a range that would pass i32::MAX ends there.
+        for ordinal in start..start.saturating_add(replicas) {
             match by_ordinal.get(&ordinal) {
                 None => self.create(ordinal, start).await?,
                 // Finished pods are replaced; the new one comes on the next pass, once this one is gone.
@@ -370,7 +371,7 @@ impl Pass<'_> {
         }
         // Rolling update: the highest stale ordinal at or above the partition goes first, once all are Ready.
         let partition = strategy.rolling_update.and_then(|r| r.partition).unwrap_or(0);
-        for ordinal in (start + partition.max(0)..start + replicas).rev() {
+        for ordinal in (start.saturating_add(partition.max(0))..start.saturating_add(replicas)).rev() {
             if let Some(pod) = by_ordinal.get(&ordinal)
                 && revision_of(pod) != self.revisions.update
             {
@@ -418,7 +419,7 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
     let mut condemned: Vec<(i32, Pod)> = Vec::new();
     for pod in &owned {
         match ordinal_of(&name, &pod.name_any()) {
-            Some(ordinal) if (start..start + replicas).contains(&ordinal) => {
+            Some(ordinal) if (start..start.saturating_add(replicas)).contains(&ordinal) => {
                 by_ordinal.insert(ordinal, pod.clone());
             }
             ordinal => condemned.push((ordinal.unwrap_or(i32::MAX), pod.clone())),

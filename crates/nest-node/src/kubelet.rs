@@ -116,25 +116,40 @@ where
 struct LogOptions {
     follow: bool,
     tail_lines: Option<usize>,
-    since_seconds: Option<i64>,
+    /// The earliest line to send: from `sinceTime`, or `sinceSeconds` before now (the first line ever when that
+    /// reaches past the earliest time there is).
+    since: Option<jiff::Timestamp>,
     timestamps: bool,
     previous: bool,
     limit_bytes: Option<usize>,
 }
 
+/// The query as the kubelet reads it. The API server checked the ranges already (`PodLogOptions`); a caller that did
+/// not gets a 400 for a number out of range, never arithmetic that overflows.
 fn log_options(query: &str) -> Result<LogOptions, String> {
     let mut options = LogOptions::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let flag = || matches!(value, "" | "true" | "1");
-        let number = |v: &str| v.parse::<i64>().map_err(|_| format!("{key}: {v:?} is not a number"));
+        let number = |least: i64| match value.parse::<i64>() {
+            Ok(n) if n >= least => Ok(n),
+            _ => Err(format!("{key}: {value:?} is not a number of at least {least}\n")),
+        };
+        let size = |n: i64| usize::try_from(n).unwrap_or(usize::MAX);
         match key {
             "follow" => options.follow = flag(),
             "timestamps" => options.timestamps = flag(),
             "previous" => options.previous = flag(),
-            "tailLines" => options.tail_lines = Some(number(value)?.max(0) as usize),
-            "sinceSeconds" => options.since_seconds = Some(number(value)?),
-            "limitBytes" => options.limit_bytes = Some(number(value)?.max(0) as usize),
+            "tailLines" => options.tail_lines = Some(size(number(0)?)),
+            "limitBytes" => options.limit_bytes = Some(size(number(1)?)),
+            "sinceSeconds" => {
+                let seconds = jiff::SignedDuration::from_secs(number(1)?);
+                options.since = Some(crate::now().checked_sub(seconds).unwrap_or(jiff::Timestamp::MIN));
+            }
+            "sinceTime" => {
+                let time = value.parse::<jiff::Timestamp>().map_err(|e| format!("sinceTime: {value:?}: {e}\n"))?;
+                options.since = Some(time);
+            }
             _ => {}
         }
     }
@@ -163,7 +178,7 @@ async fn handle(context: &Context, request: Request<hyper::body::Incoming>) -> R
         return text(StatusCode::BAD_REQUEST, format!("container {container:?} is not valid for pod {pod:?}\n"));
     };
     let restart = if options.previous {
-        if restarts == 0 {
+        if restarts <= 0 {
             return text(
                 StatusCode::BAD_REQUEST,
                 format!("previous terminated container {container:?} in pod {pod:?} not found\n"),
@@ -213,7 +228,7 @@ async fn stream_log(
     follow: Option<(Arc<crate::process::PodRun>, String, i32)>,
     sender: tokio::sync::mpsc::Sender<Bytes>,
 ) {
-    let since = options.since_seconds.map(|s| crate::now() - jiff::SignedDuration::from_secs(s));
+    let since = options.since;
     let contents = tokio::fs::read_to_string(&file).await.unwrap_or_default();
     let complete = contents.rfind('\n').map_or(0, |i| i + 1);
     let mut lines: Vec<String> = contents[..complete].lines().filter_map(|l| render(l, &options, since)).collect();
@@ -259,5 +274,25 @@ async fn stream_log(
             return;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_options_at_their_extremes_are_read_without_overflow() {
+        let options = log_options(&format!("sinceSeconds={}&tailLines={}&limitBytes=1", i64::MAX, i64::MAX)).unwrap();
+        assert_eq!(options.since, Some(jiff::Timestamp::MIN), "further back than time goes: every line");
+        assert_eq!(options.tail_lines, Some(usize::try_from(i64::MAX).unwrap()));
+        assert_eq!(options.limit_bytes, Some(1));
+        let options = log_options("sinceTime=2026-12-04T10:00:00Z").unwrap();
+        assert_eq!(options.since, Some("2026-12-04T10:00:00Z".parse().unwrap()));
+        for refused in
+            ["sinceSeconds=0", "sinceSeconds=-5", "tailLines=-1", "limitBytes=0", "tailLines=1e3", "sinceTime=x"]
+        {
+            assert!(log_options(refused).is_err(), "{refused}");
+        }
     }
 }

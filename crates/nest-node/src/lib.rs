@@ -190,14 +190,27 @@ pub async fn run(
         addresses: Mutex::new(pool),
         runtime: runtime.clone(),
     });
-    let pods: Api<Pod> = Api::all(client.clone());
-    let mine = watcher::Config::default().fields(&format!("spec.nodeName={}", options.name));
-    let pod_loop =
-        Controller::new(pods, mine).run(reconcile, error_policy, context.clone()).for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "node runtime");
-            }
-        });
+    // The pod loop, and the sweep beside it, each in a task of its own that starts again if it panics, so that one
+    // pod (of any tenant) that trips a bug can neither stop the node nor take every pod's processes with it.
+    let pod_loop = nest_client::supervise::restarting("pods", {
+        let (client, context, name) = (client.clone(), context.clone(), options.name.clone());
+        move || {
+            let pods: Api<Pod> = Api::all(client.clone());
+            let mine = watcher::Config::default().fields(&format!("spec.nodeName={name}"));
+            Controller::new(pods, mine).run(reconcile, error_policy, context.clone()).for_each(|result| async move {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "node runtime");
+                }
+            })
+        }
+    });
+    let sweeping = nest_client::supervise::restarting("sweep", {
+        let context = context.clone();
+        move || {
+            let context = context.clone();
+            async move { sweep(&context).await }
+        }
+    });
     let kubelet = async {
         match kubelet {
             Some((listener, tls, _)) => kubelet::serve(listener, tls, context.clone()).await,
@@ -208,7 +221,7 @@ pub async fn run(
         () = pod_loop => Err(anyhow::anyhow!("the pod watch of node {} ended", options.name)),
         result = kubelet => result,
         result = heartbeat(&client, &options, kubelet_port) => result,
-        () = sweep(&context) => Ok(()),
+        () = sweeping => Ok(()),
         () = shutdown => Ok(()),
     };
     if let Some(runtime) = runtime {

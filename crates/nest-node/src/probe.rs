@@ -196,11 +196,11 @@ impl Check {
     /// Probes until `successThreshold` passes in a row (true) or `failureThreshold` failures in a row (false).
     pub async fn passes_within(&self, target: &Target) -> bool {
         tokio::time::sleep(self.initial_delay).await;
-        let (mut passed, mut failed) = (0, 0);
+        let (mut passed, mut failed) = (0u32, 0u32);
         loop {
             match self.attempt(target).await {
-                Ok(()) => (passed, failed) = (passed + 1, 0),
-                Err(_) => (passed, failed) = (0, failed + 1),
+                Ok(()) => (passed, failed) = (passed.saturating_add(1), 0),
+                Err(_) => (passed, failed) = (0, failed.saturating_add(1)),
             }
             if passed >= self.success_threshold {
                 return true;
@@ -240,11 +240,11 @@ impl Check {
         Fut: Future<Output = ()>,
     {
         tokio::time::sleep(self.initial_delay).await;
-        let (mut ready, mut ever_ready, mut passed, mut failed) = (false, false, 0, 0);
+        let (mut ready, mut ever_ready, mut passed, mut failed) = (false, false, 0u32, 0u32);
         loop {
             match self.attempt(target).await {
-                Ok(()) => (passed, failed) = (passed + 1, 0),
-                Err(_) => (passed, failed) = (0, failed + 1),
+                Ok(()) => (passed, failed) = (passed.saturating_add(1), 0),
+                Err(_) => (passed, failed) = (0, failed.saturating_add(1)),
             }
             if !ready && passed >= self.success_threshold {
                 ready = true;

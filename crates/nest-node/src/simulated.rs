@@ -70,19 +70,38 @@ pub(crate) async fn reconcile(pod: &Pod, context: &Context) -> Result<Action, ku
     Ok(next.map_or_else(Action::await_change, Action::requeue))
 }
 
+/// How far a deleted simulated pod is in stopping, at `at`.
+#[derive(Debug, PartialEq, Eq)]
+struct Stopping {
+    /// How long its containers still take to exit; `None` once they have.
+    left: Option<Duration>,
+    /// Whether they are killed at the end of the grace period rather than exiting by themselves.
+    killed: bool,
+}
+
+/// Where the stop of `pod` stands at `at`: its containers take `nest.dev/stop-seconds` from when the stop was asked,
+/// or are killed when the grace period ends.
+fn stopping(pod: &Pod, at: jiff::Timestamp) -> Stopping {
+    // Any i64 is a grace period a client may ask for (kube-apiserver bounds none), and the deletion timestamp is
+    // the end of it, held at the last time there is: so the time the stop was asked is found with checked
+    // arithmetic, never before the dawn of time and never after `at`.
+    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0);
+    let due = pod.metadata.deletion_timestamp.as_ref().map_or(at, |t| t.0);
+    let asked = due.checked_sub(jiff::SignedDuration::from_secs(grace)).unwrap_or(jiff::Timestamp::MIN).min(at);
+    let stop_seconds = pod.annotations().get(STOP_SECONDS_ANNOTATION).and_then(|s| s.parse::<i64>().ok());
+    let killed = stop_seconds.is_some_and(|s| s > 0 && s >= grace);
+    let taking = jiff::SignedDuration::from_secs(stop_seconds.unwrap_or(0).clamp(0, grace));
+    let stopped = asked.checked_add(taking).unwrap_or(jiff::Timestamp::MAX);
+    let left = stopped.duration_since(at);
+    Stopping { left: left.is_positive().then(|| left.unsigned_abs()), killed }
+}
+
 /// Stops a deleted pod: its containers take `nest.dev/stop-seconds` to exit, or are killed when the grace period ends;
 /// then the pod is removed.
 async fn stop(pod: &Pod, pods: &Api<Pod>, context: &Context) -> Result<Action, kube::Error> {
-    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0);
-    let due = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0).unwrap_or_else(now);
-    let asked = due - jiff::SignedDuration::from_secs(grace);
-    let stop_seconds = pod.annotations().get(STOP_SECONDS_ANNOTATION).and_then(|s| s.parse::<i64>().ok());
-    // Containers still running when the grace period ends are killed.
-    let killed = stop_seconds.is_some_and(|s| s > 0 && s >= grace);
-    let stopped = asked + jiff::SignedDuration::from_secs(stop_seconds.unwrap_or(0).clamp(0, grace));
-    let left = stopped.duration_since(now());
-    if left.is_positive() {
-        return Ok(Action::requeue(left.unsigned_abs()));
+    let Stopping { left, killed } = stopping(pod, now());
+    if let Some(left) = left {
+        return Ok(Action::requeue(left));
     }
     // Report the containers stopped, once: the report is itself a change that brings the pod back here.
     let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
@@ -238,4 +257,46 @@ fn finished(pod: &Pod, code: i32) -> Value {
                        condition("Ready", "False"), condition("ContainersReady", "False")],
         "containerStatuses": statuses,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deleted(grace: i64, due: &str, stop_seconds: Option<&str>) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.deletion_grace_period_seconds = Some(grace);
+        pod.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(due.parse().unwrap()));
+        if let Some(seconds) = stop_seconds {
+            pod.metadata.annotations = Some([(STOP_SECONDS_ANNOTATION.to_string(), seconds.to_string())].into());
+        }
+        pod
+    }
+
+    #[test]
+    fn a_stop_counts_from_when_it_was_asked_within_the_grace_period() {
+        let at: jiff::Timestamp = "2026-12-04T10:00:10Z".parse().unwrap();
+        // Asked at 10:00:00 with 30 s of grace; the containers take 20 s: 10 s left.
+        let pod = deleted(30, "2026-12-04T10:00:30Z", Some("20"));
+        assert_eq!(stopping(&pod, at), Stopping { left: Some(Duration::from_secs(10)), killed: false });
+        // They would take 60 s: killed when the 30 s are over.
+        let pod = deleted(30, "2026-12-04T10:00:30Z", Some("60"));
+        assert_eq!(stopping(&pod, at), Stopping { left: Some(Duration::from_secs(20)), killed: true });
+    }
+
+    #[test]
+    fn a_grace_period_at_the_extremes_of_i64_is_counted_without_overflow() {
+        let at: jiff::Timestamp = "2026-12-04T10:00:00Z".parse().unwrap();
+        // What the API server writes for i64::MAX: the last time there is, and the period as asked.
+        let last = jiff::Timestamp::MAX.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        for (grace, stop_seconds) in [(i64::MAX, None), (i64::MAX, Some("9223372036854775807")), (i64::MIN, Some("5"))]
+        {
+            let pod = deleted(grace, &last, stop_seconds);
+            let Stopping { left, .. } = stopping(&pod, at);
+            assert!(left.is_none_or(|l| l <= Duration::from_secs(i64::MAX.unsigned_abs())), "{grace} {stop_seconds:?}");
+        }
+        // Nothing asked the containers to wait: they are stopped now.
+        assert_eq!(stopping(&deleted(i64::MAX, &last, None), at).left, None);
+    }
 }

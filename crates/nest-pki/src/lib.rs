@@ -74,11 +74,17 @@ fn name(common_name: &str, organization: Option<&str>) -> DistinguishedName {
     dn
 }
 
+/// `lifetime` after `now`, or the last time a certificate can hold (the end of year 9999) when that is further.
+fn later(now: time::OffsetDateTime, lifetime: time::Duration) -> time::OffsetDateTime {
+    let last = time::PrimitiveDateTime::MAX.assume_utc();
+    now.checked_add(lifetime).unwrap_or(last).min(last)
+}
+
 fn validity(params: &mut CertificateParams, lifetime: Duration) {
     let now = time::OffsetDateTime::now_utc();
     // A little slack for clocks that disagree.
     params.not_before = now - time::Duration::minutes(5);
-    params.not_after = now + time::Duration::try_from(lifetime).unwrap_or(time::Duration::days(365));
+    params.not_after = later(now, time::Duration::try_from(lifetime).unwrap_or(time::Duration::days(365)));
 }
 
 impl Ca {
@@ -139,7 +145,9 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
             _ => return None,
         }
     }
-    (number.is_empty() && total > 0.0).then(|| Duration::from_secs_f64(total))
+    // Go's time.ParseDuration holds at most 2⁶³−1 nanoseconds (about 292 years); a longer text is no duration.
+    const MOST_SECONDS: f64 = 9_223_372_036.0;
+    (number.is_empty() && total > 0.0 && total <= MOST_SECONDS).then(|| Duration::from_secs_f64(total))
 }
 
 /// When a PEM certificate stops being valid.
@@ -172,6 +180,25 @@ pub fn kubeconfig(server: &str, ca: &str, client: &Pair, user: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lifetime_past_what_go_holds_is_no_duration_and_the_longest_one_ends_in_9999() {
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        for refused in [format!("1{}h", "0".repeat(400)), "100000000h".into(), "0h".into(), "h".into(), "1d".into()] {
+            assert_eq!(parse_duration(&refused), None, "{refused}");
+        }
+        let longest = parse_duration("2562047h").unwrap();
+        let ca = Ca::generate("tenant-ca").unwrap();
+        let leaf =
+            Leaf { common_name: "x", organization: None, names: vec![], usage: Usage::Client, validity: longest };
+        let issued = ca.issue(&leaf).unwrap();
+        assert!(not_after(&issued.cert).unwrap() > SystemTime::now() + Duration::from_secs(200 * 365 * 86400));
+        // A lifetime past year 9999: held at its end.
+        let leaf = Leaf { validity: Duration::from_secs(9000 * 365 * 86400), ..leaf };
+        let issued = ca.issue(&leaf).unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(issued.cert.as_bytes()).unwrap();
+        assert_eq!(pem.parse_x509().unwrap().validity().not_after.to_datetime().year(), 9999);
+    }
 
     #[test]
     fn a_ca_issues_certificates_that_chain_to_it_and_expire_when_asked() {
@@ -289,7 +316,8 @@ pub fn sign_request(ca: &Ca, pem: &str, usages: &[String], lifetime: Duration) -
     let lifetime = time::Duration::try_from(lifetime).unwrap_or(time::Duration::days(365));
     let backdate = time::Duration::minutes(5);
     params.not_before = now - backdate;
-    params.not_after = if lifetime < time::Duration::hours(8) { now + lifetime } else { now + lifetime - backdate };
+    params.not_after =
+        if lifetime < time::Duration::hours(8) { later(now, lifetime) } else { later(now, lifetime) - backdate };
     let ca_end = not_after(&ca.0.cert).map_err(|e| e.to_string())?;
     let ca_end = time::OffsetDateTime::from(ca_end);
     if ca_end < now {

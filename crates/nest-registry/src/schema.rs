@@ -210,6 +210,47 @@ fn check_decoding(rules: Rules<'_>, schema: &Value, value: &Value, path: &str, c
         causes.push(Cause { reason: "FieldValueTypeInvalid", message, field: path.into() });
         return;
     }
+    // An integer must fit the Go type it decodes into, as Go's decoder refuses a number that overflows it: int32
+    // fields (ports, counts, IntOrString's number) and int64 ones (seconds, generations). Without this, a number
+    // past i64 would be kept as a float, which no client of the typed API can read back.
+    if let Value::Number(number) = value {
+        let format = if flag(schema, "x-kubernetes-int-or-string") {
+            Some("int32")
+        } else {
+            schema.get("format").and_then(Value::as_str).filter(|f| matches!(*f, "int32" | "int64"))
+        };
+        let fits = match format {
+            Some("int32") => number.as_i64().is_some_and(|n| i32::try_from(n).is_ok()),
+            Some(_) => number.is_i64(),
+            None => true,
+        };
+        if let (false, Some(format)) = (fits, format) {
+            let message = format!("Invalid value: {}: must be of type {format}", shown_short(value));
+            causes.push(Cause { reason: "FieldValueTypeInvalid", message, field: path.into() });
+            return;
+        }
+    }
+    // A quantity's text must be one by resource.ParseQuantity's grammar, as Go's decoder of resource.Quantity refuses
+    // any other (so that no reader of the object later counts an unreadable quantity as nothing).
+    if let Value::String(s) = value
+        && flag(schema, nest_openapi::QUANTITY)
+        && nest_core::quantity::value(s).is_none()
+    {
+        causes.push(Cause::invalid(path, nest_core::quantity::FORMAT_ERROR));
+        return;
+    }
+    // A time is RFC 3339 within what a timestamp holds, as metav1.Time's decoder takes it ("" is the zero time).
+    if let Value::String(s) = value
+        && schema.get("format").and_then(Value::as_str) == Some("date-time")
+        && !s.is_empty()
+        && s.parse::<jiff::Timestamp>().is_err()
+    {
+        causes.push(Cause::invalid(
+            path,
+            format!("Invalid value: {s:?}: must be an RFC 3339 time, such as \"2006-01-02T15:04:05Z\""),
+        ));
+        return;
+    }
     if let Value::String(s) = value
         && schema.get("format").and_then(Value::as_str) == Some("byte")
         && crate::base64::decode(s).is_none()
@@ -437,6 +478,45 @@ mod tests {
         assert_eq!(
             causes[0].message,
             "Invalid value: \"string\": spec.size in body must be of type integer: \"string\""
+        );
+    }
+
+    #[test]
+    fn a_built_in_integer_must_fit_its_go_type() {
+        let pods = nest_openapi::kind_schema("", "v1", "Pod").unwrap();
+        let pod = |grace: Value, port: Value, probe_port: Value| {
+            json!({"spec": {"terminationGracePeriodSeconds": grace, "containers": [{"name": "c", "image": "i",
+                "ports": [{"containerPort": port}], "livenessProbe": {"tcpSocket": {"port": probe_port}}}]}})
+        };
+        let causes = |obj: Value| -> Vec<String> {
+            validate_builtin(&pods, &obj).into_iter().map(|c| format!("{}: {}", c.field, c.message)).collect()
+        };
+        // A quantity is text of resource.ParseQuantity's grammar, or a number.
+        let limits = |cpu: Value| json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": cpu}}}]}});
+        assert!(causes(limits(json!("8000000000n"))).is_empty());
+        assert!(causes(limits(json!(0.5))).is_empty());
+        assert_eq!(
+            causes(limits(json!("lots"))),
+            [format!("spec.containers[0].resources.limits.cpu: {}", nest_core::quantity::FORMAT_ERROR)]
+        );
+        // A time is RFC 3339, within the years a timestamp holds.
+        let events = nest_openapi::kind_schema("", "v1", "Event").unwrap();
+        let event = |time: &str| json!({"lastTimestamp": time, "involvedObject": {}});
+        assert!(validate_builtin(&events, &event("2026-12-04T10:00:00.5+01:00")).is_empty());
+        assert!(validate_builtin(&events, &event("")).is_empty());
+        for bad in ["yesterday", "99999999999999999-01-01T00:00:00Z", "2026-13-01T00:00:00Z"] {
+            assert_eq!(validate_builtin(&events, &event(bad))[0].field, "lastTimestamp", "{bad}");
+        }
+        let (max32, max64) = (json!(i32::MAX), json!(i64::MAX));
+        assert!(causes(pod(max64.clone(), max32.clone(), max32.clone())).is_empty());
+        assert!(causes(pod(json!(i64::MIN), json!(i32::MIN), json!("http"))).is_empty());
+        assert_eq!(
+            causes(pod(json!(u64::MAX), json!(i64::from(i32::MAX) + 1), json!(i64::from(i32::MIN) - 1))),
+            [
+                "spec.containers[0].livenessProbe.tcpSocket.port: Invalid value: -2147483649: must be of type int32",
+                "spec.containers[0].ports[0].containerPort: Invalid value: 2147483648: must be of type int32",
+                "spec.terminationGracePeriodSeconds: Invalid value: 18446744073709551615: must be of type int64",
+            ]
         );
     }
 

@@ -87,7 +87,12 @@ pub fn label_safe(name: &str) -> String {
         return name.to_string();
     }
     let suffix = digest(name, 16);
-    let keep = name[..LABEL_MAX - suffix.len() - 1].trim_end_matches('-');
+    // Cut on a character boundary (names here are DNS labels, but a cut must never be what panics).
+    let mut cut = LABEL_MAX - suffix.len() - 1;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let keep = name[..cut].trim_end_matches('-');
     format!("{keep}-{suffix}")
 }
 

@@ -10,6 +10,9 @@
 //! deleted is deleted in the super cluster first; once the super pod is gone the tenant pod is removed, as a kubelet
 //! would.
 
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt as _;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,7 +54,17 @@ pub async fn work(syncer: Arc<Syncer>) {
                     Item::Public { kind, .. } => syncer.public_kinds[*kind].0,
                     Item::Volume(_) => "persistentvolumes",
                 };
-                match reconcile(&syncer, &tenant, &item).await {
+                // A panic in one object's reconcile (a bug, perhaps tripped by what a tenant wrote) is that object's
+                // failure, logged and tried again in a minute; it never ends the worker, which every tenant shares.
+                let reconciled = AssertUnwindSafe(reconcile(&syncer, &tenant, &item)).catch_unwind().await;
+                let Ok(reconciled) = reconciled else {
+                    tracing::error!(tenant = %key, ?item, "reconciling the object failed unexpectedly; trying again in a minute");
+                    syncer.metrics.failed(kind);
+                    later(&syncer, &key, item.clone(), std::time::Duration::from_secs(60));
+                    syncer.queue.done(&key, &item);
+                    continue;
+                };
+                match reconciled {
                     Ok(done) => {
                         syncer.metrics.reconciled(kind, &done, began.elapsed());
                         syncer.failures.lock().expect("the failures lock").remove(&(key.clone(), item.clone()));
@@ -407,7 +420,8 @@ async fn reconcile_object(
             && existing["metadata"]["deletionTimestamp"].is_null()
         {
             let grace = tenant_value.as_ref().and_then(|t| t["metadata"]["deletionGracePeriodSeconds"].as_u64());
-            let params = DeleteParams { grace_period_seconds: grace.map(|g| g as u32), ..Default::default() };
+            let grace = grace.map(|g| u32::try_from(g).unwrap_or(u32::MAX));
+            let params = DeleteParams { grace_period_seconds: grace, ..Default::default() };
             nest_client::done_unless_gone_or_changed(super_api.delete(super_name, &params).await)?;
             done.down += 1;
             // The tenant's copy of the volume it was bound to goes with it.

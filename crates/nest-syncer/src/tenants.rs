@@ -220,7 +220,8 @@ fn look(planes: &[Arc<NestedControlPlane>], clusters: &[Arc<Cluster>]) -> Vec<Fo
         found.push(Found {
             key: names::cluster_key(&namespace, &cluster_name, &uid),
             plane: plane.name_any(),
-            weight: annotation(WEIGHT_ANNOTATION).and_then(|w| w.parse().ok()).unwrap_or(1),
+            // A platform admin's number, held to 1..=100 so that no tenant takes the whole queue.
+            weight: annotation(WEIGHT_ANNOTATION).and_then(|w| w.parse::<u32>().ok()).unwrap_or(1).clamp(1, 100),
             pod_security: annotation(POD_SECURITY_ANNOTATION),
             annotations: annotations.clone(),
             namespace,

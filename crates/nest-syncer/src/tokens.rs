@@ -67,7 +67,7 @@ pub fn wanted(spec: &Value) -> Vec<Wanted> {
 /// When tokens valid for `seconds` from `issued` are asked for again: after 80% of their life, or a day.
 pub fn renew_at(issued: SystemTime, seconds: i64) -> SystemTime {
     let life = Duration::from_secs(seconds.max(0).unsigned_abs());
-    issued + (life * 4 / 5).min(Duration::from_secs(24 * 3600))
+    issued + (life / 5).saturating_mul(4).min(Duration::from_secs(24 * 3600))
 }
 
 fn epoch_seconds(at: SystemTime) -> u64 {
@@ -128,7 +128,7 @@ pub async fn ensure(
         let http = http::Request::post(path)
             .header("content-type", "application/json")
             .body(serde_json::to_vec(&request).map_err(kube::Error::SerdeError)?)
-            .expect("a request");
+            .map_err(kube::Error::HttpError)?;
         let issued = SystemTime::now();
         let answer: Value = tenant.client.request(http).await?;
         let granted = answer["spec"]["expirationSeconds"].as_i64().unwrap_or(token.seconds);

@@ -102,37 +102,10 @@ pub(crate) fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Seconds since the epoch of an RFC 3339 timestamp (`2026-11-30T07:16:26Z`, fractions and offsets allowed).
+/// Seconds since the epoch of an RFC 3339 timestamp (`2026-11-30T07:16:26Z`, fractions and offsets allowed); `None`
+/// for text that is not one, or a time outside what a timestamp holds.
 pub(crate) fn seconds(timestamp: &Value) -> Option<i64> {
-    let text = timestamp.as_str()?;
-    let (date, time) = text.split_once(['T', 't'])?;
-    let mut date = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
-    let (clock, offset) = match time.find(['Z', 'z', '+', '-']) {
-        Some(at) => time.split_at(at),
-        None => (time, ""),
-    };
-    let mut clock = clock.split(':');
-    let hour: i64 = clock.next()?.parse().ok()?;
-    let minute: i64 = clock.next()?.parse().ok()?;
-    let second: i64 = clock.next()?.split('.').next()?.parse().ok()?;
-    let offset = match offset.as_bytes().first() {
-        Some(b'+' | b'-') => {
-            let sign = if offset.starts_with('-') { -1 } else { 1 };
-            let (h, m) = offset[1..].split_once(':')?;
-            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60)
-        }
-        _ => 0,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
+    timestamp.as_str()?.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
 }
 
 /// A duration as kubectl prints ages: `45s`, `5m3s`, `65m`, `3h5m`, `30h`, `2d5h`, `65d`, `2y30d`, `9y`.

@@ -415,7 +415,7 @@ fn version_change_refused(running: &str, wanted: &str) -> Option<(&'static str, 
             format!("{wanted} is older than the running {running}; control planes are only upgraded"),
         ));
     }
-    if to.0 != from.0 || to.1 > from.1 + 1 {
+    if to.0 != from.0 || to.1 > from.1.saturating_add(1) {
         return Some((
             "VersionSkewRefused",
             format!("{running} to {wanted} skips a minor version; upgrade one minor version at a time"),

@@ -127,42 +127,85 @@ impl Set {
 /// Runs the controllers of `set` until the watches end, rendering components from `packages`.
 pub async fn run(client: Client, packages: Packages, set: Set) {
     let context = Arc::new(Context { client: client.clone(), packages, tenants: TenantClients::default() });
-    let all = watcher::Config::default();
+    let all = watcher::Config::default;
     let mut running: Vec<futures_util::future::BoxFuture<'static, ()>> = Vec::new();
+    // Each controller in a task of its own, started again if it panics: a bug one tenant's objects trip stops that
+    // controller for the back-off, never every tenant's control plane management.
+    let mut add = |name: &'static str, start: Box<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send>| {
+        running.push(Box::pin(nest_client::supervise::restarting(name, start)));
+    };
     if set.control_plane {
-        let control_planes = Controller::new(Api::<NestedControlPlane>::all(client.clone()), all.clone())
-            .owns(Api::<NestedEtcd>::all(client.clone()), all.clone())
-            .owns(Api::<NestedAPIServer>::all(client.clone()), all.clone())
-            .owns(Api::<NestedControllerManager>::all(client.clone()), all.clone())
-            .run(control_plane::reconcile, policy, context.clone());
-        let etcds = Controller::new(Api::<NestedEtcd>::all(client.clone()), all.clone())
-            .owns(Api::<StatefulSet>::all(client.clone()), all.clone())
-            .run(components::reconcile::<NestedEtcd>, policy, context.clone());
-        let api_servers = Controller::new(Api::<NestedAPIServer>::all(client.clone()), all.clone())
-            .owns(Api::<StatefulSet>::all(client.clone()), all.clone())
-            .run(components::reconcile::<NestedAPIServer>, policy, context.clone());
-        let controller_managers = Controller::new(Api::<NestedControllerManager>::all(client.clone()), all.clone())
-            .owns(Api::<StatefulSet>::all(client.clone()), all.clone())
-            .run(components::reconcile::<NestedControllerManager>, policy, context.clone());
-        running.push(Box::pin(drain(control_planes)));
-        running.push(Box::pin(drain(etcds)));
-        running.push(Box::pin(drain(api_servers)));
-        running.push(Box::pin(drain(controller_managers)));
+        let (c, x) = (client.clone(), context.clone());
+        add(
+            "nestedcontrolplane",
+            Box::new(move || {
+                let control_planes = Controller::new(Api::<NestedControlPlane>::all(c.clone()), all())
+                    .owns(Api::<NestedEtcd>::all(c.clone()), all())
+                    .owns(Api::<NestedAPIServer>::all(c.clone()), all())
+                    .owns(Api::<NestedControllerManager>::all(c.clone()), all())
+                    .run(control_plane::reconcile, policy, x.clone());
+                Box::pin(drain(control_planes))
+            }),
+        );
+    }
+    if set.control_plane {
+        let (c, x) = (client.clone(), context.clone());
+        add(
+            "nestedetcd",
+            Box::new(move || {
+                let etcds = Controller::new(Api::<NestedEtcd>::all(c.clone()), all())
+                    .owns(Api::<StatefulSet>::all(c.clone()), all())
+                    .run(components::reconcile::<NestedEtcd>, policy, x.clone());
+                Box::pin(drain(etcds))
+            }),
+        );
+        let (c, x) = (client.clone(), context.clone());
+        add(
+            "nestedapiserver",
+            Box::new(move || {
+                let api_servers = Controller::new(Api::<NestedAPIServer>::all(c.clone()), all())
+                    .owns(Api::<StatefulSet>::all(c.clone()), all())
+                    .run(components::reconcile::<NestedAPIServer>, policy, x.clone());
+                Box::pin(drain(api_servers))
+            }),
+        );
+        let (c, x) = (client.clone(), context.clone());
+        add(
+            "nestedcontrollermanager",
+            Box::new(move || {
+                let controller_managers = Controller::new(Api::<NestedControllerManager>::all(c.clone()), all())
+                    .owns(Api::<StatefulSet>::all(c.clone()), all())
+                    .run(components::reconcile::<NestedControllerManager>, policy, x.clone());
+                Box::pin(drain(controller_managers))
+            }),
+        );
     }
     // A Cluster and a NestedCluster follow their control plane and infrastructure at once: each change of one of
     // those reconciles the objects of its cluster (by the cluster-name label).
     if set.core {
-        let clusters = Controller::new(Api::<Cluster>::all(client.clone()), all.clone())
-            .watches(Api::<NestedControlPlane>::all(client.clone()), all.clone(), same_cluster)
-            .watches(Api::<NestedCluster>::all(client.clone()), all.clone(), same_cluster)
-            .run(cluster::reconcile_cluster, policy, context.clone());
-        running.push(Box::pin(drain(clusters)));
+        let (c, x) = (client.clone(), context.clone());
+        add(
+            "cluster",
+            Box::new(move || {
+                let clusters = Controller::new(Api::<Cluster>::all(c.clone()), all())
+                    .watches(Api::<NestedControlPlane>::all(c.clone()), all(), same_cluster)
+                    .watches(Api::<NestedCluster>::all(c.clone()), all(), same_cluster)
+                    .run(cluster::reconcile_cluster, policy, x.clone());
+                Box::pin(drain(clusters))
+            }),
+        );
     }
     if set.infrastructure {
-        let infrastructures = Controller::new(Api::<NestedCluster>::all(client.clone()), all.clone())
-            .watches(Api::<NestedControlPlane>::all(client.clone()), all, same_cluster)
-            .run(cluster::reconcile_nested_cluster, policy, context);
-        running.push(Box::pin(drain(infrastructures)));
+        let (c, x) = (client.clone(), context.clone());
+        add(
+            "nestedcluster",
+            Box::new(move || {
+                let infrastructures = Controller::new(Api::<NestedCluster>::all(c.clone()), all())
+                    .watches(Api::<NestedControlPlane>::all(c.clone()), all(), same_cluster)
+                    .run(cluster::reconcile_nested_cluster, policy, x.clone());
+                Box::pin(drain(infrastructures))
+            }),
+        );
     }
     futures_util::future::join_all(running).await;
 }

@@ -132,7 +132,7 @@ const TOKEN_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3
 /// manager does (`requiresRefresh`, 1.33).
 pub fn renew_at(issued: std::time::SystemTime, seconds: i64) -> std::time::SystemTime {
     let life = std::time::Duration::from_secs(seconds.max(0).unsigned_abs());
-    issued + (life * 4 / 5).min(TOKEN_MAX_AGE)
+    issued + (life / 5).saturating_mul(4).min(TOKEN_MAX_AGE)
 }
 
 impl Sources {

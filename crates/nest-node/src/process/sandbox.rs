@@ -936,15 +936,18 @@ fn resources(container: &Container) -> Result<oci_spec::runtime::LinuxResources,
     let mut resources = LinuxResourcesBuilder::default()
         .devices(vec![LinuxDeviceCgroupBuilder::default().allow(false).access("rwm").build()?])
         .pids(LinuxPidsBuilder::default().limit(PIDS_LIMIT).build()?);
+    // A limit is a limit however small: a fraction of a byte is a byte, and the smallest CPU quota the kernel takes
+    // (1 ms a period); only no limit, or a zero one, leaves the container unlimited here. Rounded up, as the kubelet
+    // rounds (`MilliValue`, `Value`).
     if let Some(memory) = limits.get("memory") {
-        let bytes = nest_core::quantity::parse(&memory.0).max(0.0) as i64;
+        let bytes = nest_core::quantity::parse(&memory.0).max(0.0).ceil() as i64;
         if bytes > 0 {
             resources = resources.memory(LinuxMemoryBuilder::default().limit(bytes).swap(bytes).build()?);
         }
     }
     if let Some(cpu) = limits.get("cpu") {
         let period: u64 = 100_000;
-        let quota = (nest_core::quantity::parse(&cpu.0) * period as f64).ceil() as i64;
+        let quota = (nest_core::quantity::parse(&cpu.0).max(0.0) * period as f64).ceil() as i64;
         if quota > 0 {
             resources = resources.cpu(LinuxCpuBuilder::default().quota(quota.max(1000)).period(period).build()?);
         }

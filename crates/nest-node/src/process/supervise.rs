@@ -108,7 +108,9 @@ impl PodRun {
                     None => format!("process://{}", c.image.as_deref().unwrap_or_default()),
                 },
                 init,
-                restart_count: restarts.get(&c.name).map_or(0, |n| n + i32::from(already.is_some())),
+                restart_count: restarts
+                    .get(&c.name)
+                    .map_or(0, |n| (*n).max(0).saturating_add(i32::from(already.is_some()))),
                 state: json!({"waiting": {"reason": "ContainerCreating"}}),
                 last_state: json!({}),
                 ready: false,
@@ -465,7 +467,7 @@ impl Shared {
                     _ = stopped(&mut stop) => continue,
                 }
             }
-            self.with(index, |c| c.restart_count += 1);
+            self.with(index, |c| c.restart_count = c.restart_count.saturating_add(1));
         }
     }
 

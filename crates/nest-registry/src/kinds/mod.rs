@@ -34,6 +34,7 @@ pub mod node_restriction;
 pub mod node_taint;
 pub mod persistent_volume;
 pub mod pod;
+pub mod pod_numbers;
 pub mod pod_security;
 pub mod priority;
 pub mod rbac;

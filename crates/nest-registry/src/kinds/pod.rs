@@ -3,7 +3,7 @@
 //! keep what a tenant writes from naming paths outside its volumes (`ValidatePodSpec` in pkg/apis/core/validation,
 //! 1.33: names of containers and volumes, mounts of volumes that exist, `subPath`s and `items[].path`s that descend).
 //! The node refuses the same again, whatever an API server let through (`nest-node/src/process/paths.rs`); here a
-//! client gets upstream's 422 first.
+//! client gets upstream's 422 first. The numeric bounds of the spec are in `pod_numbers.rs`.
 
 use serde_json::{Value, json};
 
@@ -29,6 +29,11 @@ impl Strategy for Pod {
             return;
         }
         default_pod_spec(spec);
+        // The v1 Pod conversion (`Convert_v1_Pod_To_core_Pod`, 1.27+) reads a negative grace period as 1; a template
+        // keeps what it was given.
+        if spec["terminationGracePeriodSeconds"].as_i64().is_some_and(|g| g < 0) {
+            spec["terminationGracePeriodSeconds"] = json!(1);
+        }
         // `SetDefaults_Pod`: what a pod gets and a template does not.
         if spec.get("enableServiceLinks").is_none_or(Value::is_null) {
             spec["enableServiceLinks"] = json!(true);
@@ -395,6 +400,7 @@ pub fn template(template: &Value) -> Vec<Cause> {
             }
         }
     }
+    super::pod_numbers::check(&template["spec"], "spec", &mut causes);
     causes
 }
 
@@ -459,6 +465,7 @@ pub fn spec(spec: &Value, at: &str) -> Vec<Cause> {
             }
         }
     }
+    super::pod_numbers::check(spec, at, &mut causes);
     causes
 }
 

@@ -80,7 +80,9 @@ impl Strategy for Workload {
         if *self == Workload::ReplicationController {
             default_from_template_labels(obj);
         }
-        if *self == Workload::DaemonSet && obj["metadata"]["annotations"].get(TEMPLATE_GENERATION).is_none() {
+        // A new DaemonSet's template generation is 1 whatever the client wrote (PrepareForCreate); an update counts on
+        // from the stored one (below).
+        if *self == Workload::DaemonSet {
             if !obj["metadata"]["annotations"].is_object() {
                 obj["metadata"]["annotations"] = serde_json::json!({});
             }
@@ -194,7 +196,7 @@ impl Strategy for Workload {
             let before =
                 old["metadata"]["annotations"][TEMPLATE_GENERATION].as_str().and_then(|g| g.parse::<i64>().ok());
             let changed = obj["spec"]["template"] != old["spec"]["template"];
-            let generation = before.unwrap_or(1) + i64::from(changed && before.is_some());
+            let generation = before.unwrap_or(1).saturating_add(i64::from(changed && before.is_some()));
             obj["metadata"]["annotations"][TEMPLATE_GENERATION] = serde_json::json!(generation.to_string());
         }
     }
@@ -212,22 +214,36 @@ impl Workload {
     fn check(&self, obj: &Value) -> Vec<Cause> {
         let mut causes = Vec::new();
         let spec = &obj["spec"];
-        for field in [
-            "replicas",
-            "minReadySeconds",
-            "revisionHistoryLimit",
-            "progressDeadlineSeconds",
+        // ValidateNonnegativeField over every count and duration of apps and batch (a Job's under a CronJob's
+        // `jobTemplate` too); Indexed Jobs' upper bounds are not checked.
+        let job_fields = [
             "completions",
             "parallelism",
             "backoffLimit",
-        ] {
-            if let Some(n) = spec.get(field).and_then(Value::as_i64)
-                && n < 0
-            {
-                causes.push(Cause::invalid(
-                    format!("spec.{field}"),
-                    format!("Invalid value: {n}: must be greater than or equal to 0"),
-                ));
+            "activeDeadlineSeconds",
+            "ttlSecondsAfterFinished",
+            "backoffLimitPerIndex",
+            "maxFailedIndexes",
+        ];
+        let apps_fields = ["replicas", "minReadySeconds", "revisionHistoryLimit", "progressDeadlineSeconds"];
+        let cron_fields = ["startingDeadlineSeconds", "successfulJobsHistoryLimit", "failedJobsHistoryLimit"];
+        let counted: Vec<(&Value, &str, &[&str])> = match self {
+            Workload::CronJob => {
+                vec![(spec, "spec", &cron_fields), (&spec["jobTemplate"]["spec"], "spec.jobTemplate.spec", &job_fields)]
+            }
+            Workload::Job => vec![(spec, "spec", &job_fields)],
+            _ => vec![(spec, "spec", &apps_fields)],
+        };
+        for (object, at, fields) in counted {
+            for field in fields {
+                if let Some(n) = object.get(*field).and_then(Value::as_i64)
+                    && n < 0
+                {
+                    causes.push(Cause::invalid(
+                        format!("{at}.{field}"),
+                        format!("Invalid value: {n}: must be greater than or equal to 0"),
+                    ));
+                }
             }
         }
         if !matches!(self, Workload::Job | Workload::CronJob) {

@@ -197,22 +197,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }),
     };
     let controllers = tokio::spawn(nest_controllers::run(controllers_client, options, until_stopped(stopped.clone())));
-    tokio::spawn(nest_scheduler::run(scheduler_client));
-    tokio::spawn(nest_node::proxy::run(proxy_client, vec![SERVICE_CIDR.to_string()]));
+    // Every component in a task of its own that starts again if it panics (a bug, tripped perhaps by what one tenant
+    // wrote, costs that component a back-off, never the platform).
+    use nest_client::supervise::restarting;
+    tokio::spawn(restarting("scheduler", move || nest_scheduler::run(scheduler_client.clone())));
+    tokio::spawn(restarting("proxy", move || {
+        nest_node::proxy::run(proxy_client.clone(), vec![SERVICE_CIDR.to_string()])
+    }));
     let mut node =
         nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
     // The node's bridge, before anything listens on its address: the syncer's kubelet endpoints, which tenants'
     // API servers (pods) reach there.
     let network = nest_node::network::Network::for_range(&node.name, &node.pod_cidr)?;
     network.prepare()?;
-    tokio::spawn(super::manager::manage(manager_client, Default::default(), nest_capn::controllers::Set::ALL, true));
+    tokio::spawn(restarting("manager", move || {
+        let client = manager_client.clone();
+        async move {
+            if let Err(error) =
+                super::manager::manage(client, Default::default(), nest_capn::controllers::Set::ALL, true).await
+            {
+                tracing::error!(%error, "the manager stopped");
+            }
+        }
+    }));
     let syncing = nest_syncer::Options {
         custom: args.sync_resources.clone(),
         pod_security: args.pod_security_level,
         kubelet_address: network.host_address().map_or(std::net::Ipv4Addr::LOCALHOST, |a| a).into(),
         ..Default::default()
     };
-    tokio::spawn(nest_syncer::run(syncer_client, syncing));
+    tokio::spawn(restarting("syncer", move || nest_syncer::run(syncer_client.clone(), syncing.clone())));
     let marker = args.data_dir.join("demo-created");
     let demo = !args.no_demo && !marker.exists();
     if demo {
