@@ -34,21 +34,108 @@ const MOST_ENTRIES: u64 = 1 << 20;
 /// Who pulled an image without credentials: anyone may then use it.
 const ANONYMOUS: &str = "anonymous";
 
-/// A failure of the store, worded for a container's waiting message.
+/// A failure of the store, in full: for the node's log and the `nest image` commands. What a tenant's pod is told of
+/// a failed pull is [`ImageError::failure`]'s fixed description instead.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
     /// The reference does not parse.
     #[error("invalid image reference {0:?}: {1}")]
     Reference(String, String),
-    /// The registry refused or failed, or was not reached.
+    /// Asking the registry failed: it was not reached, refused, or answered with an error.
+    #[error("registry {registry}: {source}")]
+    Registry {
+        /// The registry asked, `host[:port]`.
+        registry: String,
+        #[source]
+        source: Box<oci_client::errors::OciDistributionError>,
+    },
+    /// The registry answered, but not with the image asked for (a digest that does not match, no image for this
+    /// machine's platform, a manifest that does not parse or is too big).
     #[error("{0}")]
-    Registry(String),
+    Answer(String),
+    /// The image is bigger than the node allows (`nest node --image-size-limit`).
+    #[error("{image} is {size} bytes, more than this node's image size limit of {limit} bytes")]
+    TooLarge { image: String, size: u64, limit: u64 },
     /// What the store holds or was given is not a valid image.
     #[error("{0}")]
     Invalid(String),
     /// Reading or writing the store.
     #[error("image store: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// What a tenant is told of a failed pull: a fixed description by kind, never the registry's own words or the
+/// transport's, which would tell what answered at an address (a service's error page, "connection refused", a
+/// protocol that is not HTTP). The whole error goes to the node's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullFailure {
+    /// The registry was not reached, or the connection failed: name resolution, refused, reset, TLS, a timeout,
+    /// something that does not speak HTTP.
+    Unreachable,
+    /// The registry has no such repository, tag, digest or blob.
+    NotFound,
+    /// The registry asks for credentials the pod did not give, or refuses those it gave.
+    Unauthorized,
+    /// The image is bigger than the node allows.
+    TooLarge { size: u64, limit: u64 },
+    /// The registry answered with something other than the image asked for.
+    BadAnswer,
+    /// The node failed to keep what it pulled (its disk).
+    Node,
+}
+
+impl PullFailure {
+    /// The description a pod's Event and status give, for the image `whole` (its full reference) of `registry`,
+    /// worded after containerd's errors as the kubelet passes them on.
+    pub fn describe(self, whole: &str, registry: &str) -> String {
+        let what = match self {
+            PullFailure::Unreachable => format!("cannot reach registry {registry:?}"),
+            PullFailure::NotFound => format!("{whole}: not found"),
+            PullFailure::Unauthorized => {
+                "pull access denied, repository does not exist or may require authorization: unauthorized".to_string()
+            }
+            PullFailure::TooLarge { size, limit } => {
+                format!("the image is {size} bytes, more than this node's image size limit of {limit} bytes")
+            }
+            PullFailure::BadAnswer => format!("registry {registry:?} did not answer with a usable image"),
+            PullFailure::Node => "the node could not store the image".to_string(),
+        };
+        format!("failed to pull and unpack image {whole:?}: {what}")
+    }
+}
+
+impl ImageError {
+    /// The kind of failure a pull met, for what the tenant is told ([`PullFailure`]).
+    pub fn failure(&self) -> PullFailure {
+        use oci_client::errors::{OciDistributionError as E, OciErrorCode as Code};
+        match self {
+            ImageError::Registry { source, .. } => match source.as_ref() {
+                E::RequestError(_) => PullFailure::Unreachable,
+                E::AuthenticationFailure(_) | E::UnauthorizedError { .. } | E::RegistryTokenDecodeError(_) => {
+                    PullFailure::Unauthorized
+                }
+                E::ImageManifestNotFoundError(_) => PullFailure::NotFound,
+                E::ServerError { code: 401 | 403, .. } => PullFailure::Unauthorized,
+                E::ServerError { code: 404, .. } => PullFailure::NotFound,
+                E::RegistryError { envelope, .. } => {
+                    let codes: Vec<&Code> = envelope.errors.iter().map(|e| &e.code).collect();
+                    if codes.iter().any(|c| matches!(c, Code::Unauthorized | Code::Denied)) {
+                        PullFailure::Unauthorized
+                    } else if codes.iter().any(|c| {
+                        matches!(c, Code::ManifestUnknown | Code::NameUnknown | Code::BlobUnknown | Code::NotFound)
+                    }) {
+                        PullFailure::NotFound
+                    } else {
+                        PullFailure::BadAnswer
+                    }
+                }
+                _ => PullFailure::BadAnswer,
+            },
+            ImageError::TooLarge { size, limit, .. } => PullFailure::TooLarge { size: *size, limit: *limit },
+            ImageError::Answer(_) | ImageError::Invalid(_) | ImageError::Reference(..) => PullFailure::BadAnswer,
+            ImageError::Io(_) => PullFailure::Node,
+        }
+    }
 }
 
 /// An image the store holds.
@@ -333,13 +420,29 @@ impl Store {
     /// Pulls `reference` from its registry into the store (blobs it holds already are not fetched again); returns
     /// the image. `insecure` registries are spoken to over plain HTTP.
     pub async fn pull(&self, reference: &str, auth: &Auth, insecure: &[String]) -> Result<Image, ImageError> {
+        self.pull_through(reference, auth, insecure, None).await
+    }
+
+    /// [`Store::pull`], making every connection through the HTTP proxy `proxy` when given (the node's
+    /// [guard](crate::registries::guard), for registries the admin did not name).
+    pub async fn pull_through(
+        &self,
+        reference: &str,
+        auth: &Auth,
+        insecure: &[String],
+        proxy: Option<&str>,
+    ) -> Result<Image, ImageError> {
         let whole = normalize(reference)?;
         let parsed: oci_client::Reference = whole
             .parse()
             .map_err(|e: oci_client::ParseError| ImageError::Reference(reference.into(), e.to_string()))?;
-        let client = registry_client(insecure);
+        let client = registry_client(insecure, proxy)?;
         let auth = auth.for_registry(parsed.resolve_registry());
-        let registry = |e: oci_client::errors::OciDistributionError| ImageError::Registry(e.to_string());
+        let asked = parsed.resolve_registry().to_string();
+        let registry = |e: oci_client::errors::OciDistributionError| ImageError::Registry {
+            registry: asked.clone(),
+            source: Box::new(e),
+        };
         let accepted = [
             oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
             oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
@@ -350,7 +453,7 @@ impl Store {
         if let Some(wanted) = parsed.digest()
             && wanted != digest
         {
-            return Err(ImageError::Registry(format!("manifest digest {digest} is not the {wanted} asked for")));
+            return Err(ImageError::Answer(format!("manifest digest {digest} is not the {wanted} asked for")));
         }
         // An index: the manifest for this machine's platform.
         if let Ok(index) = serde_json::from_slice::<ImageIndex>(&bytes)
@@ -369,7 +472,7 @@ impl Store {
                         .as_ref()
                         .is_some_and(|p| p.os().to_string() == "linux" && p.architecture().to_string() == arch)
                 })
-                .ok_or_else(|| ImageError::Registry(format!("{whole}: no image for linux/{arch}")))?;
+                .ok_or_else(|| ImageError::Answer(format!("{whole}: no image for linux/{arch}")))?;
             let by_digest = oci_client::Reference::with_digest(
                 parsed.registry().to_string(),
                 parsed.repository().to_string(),
@@ -378,13 +481,13 @@ impl Store {
             (bytes, digest) = client.pull_manifest_raw(&by_digest, &auth, &accepted).await.map_err(registry)?;
         }
         if digest_of(&bytes) != digest {
-            return Err(ImageError::Registry(format!("the manifest's content is not its digest {digest}")));
+            return Err(ImageError::Answer(format!("the manifest's content is not its digest {digest}")));
         }
         if bytes.len() as u64 > MOST_METADATA {
-            return Err(ImageError::Invalid(format!("the manifest of {whole} is more than {MOST_METADATA} bytes")));
+            return Err(ImageError::Answer(format!("the manifest of {whole} is more than {MOST_METADATA} bytes")));
         }
         let manifest: ImageManifest =
-            serde_json::from_slice(&bytes).map_err(|e| ImageError::Invalid(format!("manifest of {whole}: {e}")))?;
+            serde_json::from_slice(&bytes).map_err(|e| ImageError::Answer(format!("manifest of {whole}: {e}")))?;
         self.within_limit(&whole, &manifest)?;
         for blob in std::iter::once(manifest.config()).chain(manifest.layers()) {
             let blob_digest = blob.digest().to_string();
@@ -417,16 +520,13 @@ impl Store {
     /// Refuses `manifest` when its blobs, as the manifest sizes them, come to more than the store's limit.
     fn within_limit(&self, whole: &str, manifest: &ImageManifest) -> Result<(), ImageError> {
         if manifest.config().size() > MOST_METADATA {
-            return Err(ImageError::Invalid(format!("the config of {whole} is more than {MOST_METADATA} bytes")));
+            return Err(ImageError::Answer(format!("the config of {whole} is more than {MOST_METADATA} bytes")));
         }
         let total = std::iter::once(manifest.config())
             .chain(manifest.layers())
             .fold(0u64, |sum, blob| sum.saturating_add(blob.size()));
         if total > self.limit {
-            return Err(ImageError::Invalid(format!(
-                "{whole} is {total} bytes, more than this node's image size limit of {} bytes",
-                self.limit
-            )));
+            return Err(ImageError::TooLarge { image: whole.to_string(), size: total, limit: self.limit });
         }
         Ok(())
     }
@@ -661,14 +761,18 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Capped<W> {
     }
 }
 
-/// A client for registries, speaking plain HTTP to `insecure` ones (`host:port`).
-fn registry_client(insecure: &[String]) -> oci_client::Client {
+/// A client for registries, speaking plain HTTP to `insecure` ones (`host:port`), making every connection through
+/// the HTTP proxy `proxy` when given (else as the environment says: `HTTPS_PROXY`).
+fn registry_client(insecure: &[String], proxy: Option<&str>) -> Result<oci_client::Client, ImageError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = oci_client::client::ClientConfig {
         protocol: oci_client::client::ClientProtocol::HttpsExcept(insecure.to_vec()),
+        https_proxy: proxy.map(str::to_string),
+        http_proxy: proxy.map(str::to_string),
         ..Default::default()
     };
-    oci_client::Client::new(config)
+    // Not `Client::new`, which makes a client without the proxy when the configuration fails.
+    oci_client::Client::try_from(config).map_err(|e| ImageError::Invalid(format!("making the registry client: {e}")))
 }
 
 /// Credentials for registries, by registry host, as `imagePullSecrets` give them.
@@ -774,8 +878,12 @@ pub async fn push(archive: &Path, reference: &str, insecure: &[String]) -> Resul
     let whole = normalize(reference)?;
     let target: oci_client::Reference =
         whole.parse().map_err(|e: oci_client::ParseError| ImageError::Reference(reference.into(), e.to_string()))?;
-    let client = registry_client(insecure);
-    let registry = |e: oci_client::errors::OciDistributionError| ImageError::Registry(e.to_string());
+    let client = registry_client(insecure, None)?;
+    let asked = target.resolve_registry().to_string();
+    let registry = |e: oci_client::errors::OciDistributionError| ImageError::Registry {
+        registry: asked.clone(),
+        source: Box::new(e),
+    };
     client
         .auth(&target, &oci_client::secrets::RegistryAuth::Anonymous, oci_client::RegistryOperation::Push)
         .await
@@ -889,6 +997,77 @@ mod tests {
             std::fs::read_dir(dir.path().join("var")).unwrap().flatten().map(|e| e.file_name()).collect();
         var.sort();
         assert_eq!(var, ["c"]);
+    }
+
+    #[test]
+    fn a_failed_pull_is_told_in_fixed_words_never_the_registrys() {
+        use oci_client::errors::{OciDistributionError as E, OciEnvelope, OciError, OciErrorCode};
+        let whole = "127.0.0.1:5000/x:1";
+        let asked = |source: E| ImageError::Registry { registry: "127.0.0.1:5000".into(), source: Box::new(source) };
+        let page = "<h1>etcd admin console</h1>";
+        let envelope = |code| OciEnvelope {
+            errors: vec![OciError { code, message: page.into(), detail: serde_json::Value::Null }],
+        };
+        let url = "http://127.0.0.1:5000/v2/x/manifests/1".to_string();
+        let cases = [
+            (asked(E::ServerError { code: 404, url: url.clone(), message: page.into() }), PullFailure::NotFound),
+            (asked(E::ServerError { code: 403, url: url.clone(), message: page.into() }), PullFailure::Unauthorized),
+            (asked(E::ServerError { code: 502, url: url.clone(), message: page.into() }), PullFailure::BadAnswer),
+            (asked(E::UnauthorizedError { url: url.clone() }), PullFailure::Unauthorized),
+            (asked(E::ImageManifestNotFoundError(page.into())), PullFailure::NotFound),
+            (
+                asked(E::RegistryError { envelope: envelope(OciErrorCode::ManifestUnknown), url: url.clone() }),
+                PullFailure::NotFound,
+            ),
+            (
+                asked(E::RegistryError { envelope: envelope(OciErrorCode::Denied), url: url.clone() }),
+                PullFailure::Unauthorized,
+            ),
+            (asked(E::GenericError(Some(page.into()))), PullFailure::BadAnswer),
+            (ImageError::Answer(format!("manifest of {whole}: {page}")), PullFailure::BadAnswer),
+            (
+                ImageError::TooLarge { image: whole.into(), size: 10, limit: 5 },
+                PullFailure::TooLarge { size: 10, limit: 5 },
+            ),
+        ];
+        for (error, failure) in cases {
+            assert_eq!(error.failure(), failure, "{error}");
+            let told = failure.describe(whole, "127.0.0.1:5000");
+            assert!(told.starts_with("failed to pull and unpack image \"127.0.0.1:5000/x:1\": "), "{told}");
+            assert!(!told.contains("etcd") && !told.contains("http://"), "{told}");
+        }
+        assert_eq!(
+            PullFailure::Unreachable.describe(whole, "127.0.0.1:5000"),
+            "failed to pull and unpack image \"127.0.0.1:5000/x:1\": cannot reach registry \"127.0.0.1:5000\""
+        );
+    }
+
+    #[test]
+    fn a_pull_through_the_guard_makes_no_connection_it_refuses() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            // A service on loopback that counts the connections it is offered.
+            let service = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = service.local_addr().unwrap().port();
+            let offered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counting = offered.clone();
+            tokio::spawn(async move {
+                while service.accept().await.is_ok() {
+                    counting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+            let internal = |ip| crate::registries::internal_address(ip, &|_| false);
+            let guard = crate::registries::guard::Guard::start(std::sync::Arc::new(internal)).await.unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path()).unwrap();
+            let reference = format!("127.0.0.1:{port}/x:1");
+            let error = store.pull_through(&reference, &Auth::default(), &[], Some(&guard.url())).await.unwrap_err();
+            assert_eq!(error.failure(), PullFailure::Unreachable, "{error}");
+            assert_eq!(offered.load(std::sync::atomic::Ordering::SeqCst), 0, "the client went around the guard");
+            // Without the guard the same pull reaches the service: the count above means something.
+            let _ = store.pull(&reference, &Auth::default(), &[]).await;
+            assert!(offered.load(std::sync::atomic::Ordering::SeqCst) > 0);
+        });
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod prerequisites;
 pub mod probe;
 pub mod process;
 pub mod proxy;
+pub mod registries;
 pub use nest_core::quantity;
 pub mod simulated;
 

@@ -1,69 +1,21 @@
 //! Images (issue 17), on `nest up` through its demo tenant as the tenant's admin would use them: nest's own image,
 //! built with `nest image build` and pushed to a real registry on loopback (Debian's `docker-registry`, which
-//! scripts/check installs), is pulled by the node and runs the README's echo example from its own root filesystem;
-//! a digest the registry does not have and a registry nobody serves give `ErrImagePull`, then `ImagePullBackOff`,
-//! with the kubelet's Events. A private image one namespace pulled with its credentials does not run for another
-//! namespace without them, and an image over the node's size limit is not pulled.
+//! scripts/check installs; named by `--pull-from`, as a loopback registry must be), is pulled by the node and runs the
+//! README's echo example from its own root filesystem; a digest the registry does not have and a registry nobody
+//! serves give `ErrImagePull`, then `ImagePullBackOff`, with the kubelet's Events, which say what kind of failure it
+//! was in fixed words, never the transport's. A private image one namespace pulled with its credentials does not run
+//! for another namespace without them, and an image over the node's size limit is not pulled.
 //!
 //! Its own test binary: `nest up`'s node has fixed addresses, so no other `nest up` may run beside it.
 
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 
 use common::eventually;
-use common::up::{demo_tenant, kubectl, processes_with, stop, up};
-
-/// A registry server on a free loopback port, storing in `dir`; stopped when dropped.
-struct Registry {
-    child: Child,
-    address: String,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn registry(dir: &Path) -> Registry {
-    registry_of(dir, &dir.join("storage"), None)
-}
-
-/// A registry server storing in `storage` (which another may share), asking for `user:password` when given.
-fn registry_of(dir: &Path, storage: &Path, login: Option<(&str, &str)>) -> Registry {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let address = format!("127.0.0.1:{port}");
-    let config = dir.join(format!("config-{port}.yml"));
-    let mut text = format!(
-        "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n",
-        storage.display()
-    );
-    if let Some((user, password)) = login {
-        let htpasswd = dir.join(format!("htpasswd-{port}"));
-        std::fs::write(&htpasswd, format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap())).unwrap();
-        text.push_str(&format!("auth:\n  htpasswd:\n    realm: nest-test\n    path: {}\n", htpasswd.display()));
-    }
-    std::fs::write(&config, text).unwrap();
-    let child = Command::new("docker-registry")
-        .arg("serve")
-        .arg(&config)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("docker-registry (Debian's package docker-registry; scripts/check installs it)");
-    let registry = Registry { child, address };
-    eventually(30, "the registry serving", || std::net::TcpStream::connect(&registry.address).is_ok());
-    registry
-}
-
-fn nest(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_nest")).args(args).output().unwrap();
-    assert!(out.status.success(), "nest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::registry::{nest, nest_image, push, registry, registry_of};
+use common::up::{demo_tenant, kubectl, processes_with, stop, up_with};
 
 fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
     let out = kubectl(kubeconfig, cache, &[args, &["-o", "json"]].concat());
@@ -80,16 +32,20 @@ fn nests_image_built_and_pushed_to_a_registry_is_pulled_and_runs_and_bad_referen
     let work = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     let registry = registry(work.path());
-    let archive = work.path().join("nest.tar");
+    let archive = nest_image(work.path());
     let archive_path = archive.to_str().unwrap();
-    let built = nest(&["image", "build", "--output", archive_path]);
-    assert!(built.contains("sha256:"), "{built}");
     let reference = format!("{}/tools/echo:v1", registry.address);
-    let pushed = nest(&["image", "push", archive_path, &reference]);
-    let digest = pushed.trim().rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_else(|| panic!("{pushed}"));
+    let digest = push(&archive, &reference);
+    // A private registry, asking for a password, sharing its storage with an open one the test pushes through.
+    let private_storage = work.path().join("private");
+    let private = registry_of(work.path(), &private_storage, Some(("alice", "s3cret")));
+    let open = registry_of(work.path(), &private_storage, None);
+    push(&archive, &format!("{}/team/app:v1", open.address));
 
+    // The node pulls from the two registries the pods name, and from a loopback port where nothing listens.
     let data = tempfile::tempdir().unwrap();
-    let (child, _) = up(data.path());
+    let pull_from = ["--pull-from", &registry.address, "--pull-from", &private.address, "--pull-from", "127.0.0.1:1"];
+    let (child, _) = up_with(data.path(), &pull_from);
     let admin = data.path().join("admin.kubeconfig");
     let demo = demo_tenant(data.path(), cache.path());
     let wrong = format!("{}/tools/echo@sha256:{}", registry.address, "0".repeat(64));
@@ -174,14 +130,9 @@ spec:
         .unwrap();
     assert_eq!(uid % 65536, 65532, "the image's user is who the container runs as: {status}");
 
-    // A private image, from a registry asking for a password (it shares its storage with an open one the test
-    // pushes through). A pod of namespace team-a pulls it with its Secret; pods of team-b, which hold no credentials,
-    // never run the copy team-a's pull left on the node: the node asks the registry again for them (which refuses),
-    // and with pull policy Never it does not count as present.
-    let private_storage = work.path().join("private");
-    let private = registry_of(work.path(), &private_storage, Some(("alice", "s3cret")));
-    let open = registry_of(work.path(), &private_storage, None);
-    nest(&["image", "push", archive_path, &format!("{}/team/app:v1", open.address)]);
+    // The private image: a pod of namespace team-a pulls it with its Secret; pods of team-b, which hold no
+    // credentials, never run the copy team-a's pull left on the node: the node asks the registry again for them
+    // (which refuses), and with pull policy Never it does not count as present.
     let app = format!("{}/team/app:v1", private.address);
     for namespace in ["team-a", "team-b"] {
         let created = kubectl(&demo, cache.path(), &["create", "namespace", namespace]);
@@ -235,7 +186,9 @@ spec:
             .flatten()
             .any(|e| e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.contains(words)))
     };
-    eventually(30, "the registry's refusal told to team-b", || told("borrowed", "Failed", "Failed to pull image"));
+    let refusal =
+        format!("Failed to pull image \"{app}\": failed to pull and unpack image \"{app}\": pull access denied");
+    eventually(30, "the registry's refusal told to team-b", || told("borrowed", "Failed", &refusal));
     eventually(30, "the Never pod's Event saying why", || {
         told("never", "ErrImageNeverPull", "credentials have not pulled it")
     });
@@ -267,6 +220,23 @@ spec:
                 && told("BackOff", "Back-off pulling image")
                 && told("Failed", "Error: ImagePullBackOff")
         });
+    }
+    // What failed, in fixed words: the registry's 404 as "not found", the refused connection as "cannot reach", and
+    // nothing of what the transport said.
+    let failures = |pod: &str| {
+        let selector = format!("involvedObject.name={pod}");
+        let events = json(&demo, cache.path(), &["get", "events", "--field-selector", &selector]);
+        let messages = events["items"].as_array().into_iter().flatten().filter(|e| e["reason"] == "Failed");
+        messages.filter_map(|e| e["message"].as_str().map(str::to_string)).collect::<Vec<_>>().join("\n")
+    };
+    let told = failures("wrong-digest");
+    assert!(told.contains(&format!("failed to pull and unpack image \"{wrong}\": {wrong}: not found")), "{told}");
+    let told = failures("no-registry");
+    let unreachable =
+        "failed to pull and unpack image \"127.0.0.1:1/tools/echo:v1\": cannot reach registry \"127.0.0.1:1\"";
+    assert!(told.contains(unreachable), "{told}");
+    for transport in ["error sending request", "onnection refused", "tcp", "url", "http://"] {
+        assert!(!told.contains(transport), "the transport's words reached the pod's Events: {told}");
     }
     // Nothing was pulled for them.
     let node_dir = data.path().join("nodes/nest-node-0");
@@ -318,11 +288,9 @@ fn eventually_get(address: &str, path: &str) -> String {
 fn an_image_over_the_nodes_size_limit_is_not_pulled_and_leaves_nothing() {
     let work = tempfile::tempdir().unwrap();
     let registry = registry(work.path());
-    let archive = work.path().join("nest.tar");
-    let archive_path = archive.to_str().unwrap();
-    nest(&["image", "build", "--output", archive_path]);
+    let archive = nest_image(work.path());
     let reference = format!("{}/tools/big:v1", registry.address);
-    nest(&["image", "push", archive_path, &reference]);
+    push(&archive, &reference);
     let node = work.path().join("node");
     let node = node.to_str().unwrap();
 

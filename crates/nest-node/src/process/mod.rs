@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Client, ResourceExt};
 
 use crate::allowlist::Allowlist;
+use crate::registries::{Decision, PullFrom};
 pub use prepare::{Launch, PrepareError};
 pub use supervise::PodRun;
 
@@ -43,8 +44,9 @@ pub struct Config {
     pub oci_runtime: PathBuf,
     /// The node's own binary: every container's init ([`init`]).
     pub init: PathBuf,
-    /// Registries (`host` or `host:port`; `*` for any) this node pulls images from, besides those on this machine
-    /// (loopback addresses and `localhost`), which it always may and speaks to over plain HTTP, as Docker does.
+    /// The registries this node pulls images from, as the platform admin names them (`--pull-from`: `host[:port]`,
+    /// `http://host[:port]` for plain HTTP, `*` for any not of this machine); see [`crate::registries::PullFrom`]. A
+    /// registry on this machine (loopback, its own addresses) only when named, never because a pod's image names it.
     pub pull_from: Vec<String>,
     /// The node's name, as its Events give it.
     pub node: String,
@@ -83,6 +85,10 @@ pub struct Runtime {
     images: crate::images::Store,
     /// Pods whose image pulls failed, by UID.
     pulls: Mutex<HashMap<String, PullBackOff>>,
+    /// The registries the platform admin lets this node pull from.
+    pull_from: crate::registries::PullFrom,
+    /// The proxy every pull from a registry the admin did not name goes through, started at the first.
+    guard: tokio::sync::OnceCell<crate::registries::guard::Guard>,
     /// When running pods' volumes were last written and their projected tokens are due for renewal, by UID.
     renewals: Mutex<HashMap<String, Freshness>>,
 }
@@ -122,6 +128,8 @@ impl Runtime {
         let sandboxes = sandbox::Sandboxes::new(&config.data_dir, &config.oci_runtime, &config.init, programs)?;
         let images =
             crate::images::Store::open(&config.data_dir.join("images"))?.with_size_limit(config.image_size_limit);
+        let pull_from =
+            crate::registries::PullFrom::parse(&config.pull_from).map_err(|e| anyhow::anyhow!("--pull-from {e}"))?;
         Ok(Runtime {
             client,
             events,
@@ -131,6 +139,8 @@ impl Runtime {
             network,
             images,
             pulls: Mutex::new(HashMap::new()),
+            pull_from,
+            guard: tokio::sync::OnceCell::new(),
             renewals: Mutex::new(HashMap::new()),
         })
     }
@@ -140,15 +150,25 @@ impl Runtime {
         &self.images
     }
 
-    /// Whether this node may pull `image` from its registry, and whether over plain HTTP.
-    fn may_pull(&self, image: &str) -> Option<bool> {
+    /// What this node does with the registry of `image` ([`registries`](crate::registries)); `None` when the
+    /// reference does not parse.
+    fn decide(&self, image: &str) -> Option<PullDecision> {
         let whole = crate::images::normalize(image).ok()?;
         let reference: oci_client::Reference = whole.parse().ok()?;
-        let registry = reference.resolve_registry().to_string();
-        let host = registry.rsplit_once(':').map_or(registry.as_str(), |(h, _)| h);
-        let local = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-        let named = self.config.pull_from.iter().any(|r| r == "*" || *r == registry || *r == host);
-        (local || named).then_some(local)
+        let local = |ip| self.holds(ip);
+        Some(decide(&self.pull_from, &reference, &local))
+    }
+
+    /// Whether `ip` is this machine's or one of this node's pods': no tenant's registry may be there.
+    fn holds(&self, ip: std::net::IpAddr) -> bool {
+        holder(&self.network)(ip)
+    }
+
+    /// The guard proxy for pulls from registries the admin did not name, started at the first such pull.
+    async fn guard(&self) -> std::io::Result<&crate::registries::guard::Guard> {
+        let holds = holder(&self.network);
+        let internal = move |ip| crate::registries::internal_address(ip, &holds);
+        self.guard.get_or_try_init(|| crate::registries::guard::Guard::start(Arc::new(internal))).await
     }
 
     fn pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<PodRun>>> {
@@ -174,7 +194,10 @@ impl Runtime {
                 if let Some(program) = self.config.allowlist.executable(&image) {
                     return Ok(Source::Host(program.to_path_buf()));
                 }
-                if stored || self.may_pull(&image).is_some() {
+                // A registry this node may pull from; or one of this machine's, which the node refuses with an
+                // ErrImagePull of its own rather than simulate.
+                let decision = self.decide(&image).map(|d| d.decision);
+                if stored || decision.is_some_and(|d| d.may_pull() || d == Decision::Internal) {
                     return Ok(Source::Image(image));
                 }
                 Err(image)
@@ -206,65 +229,87 @@ impl Runtime {
         let stored = self.images.lookup(image);
         // A stored image pulled with credentials this pod does not hold is, for this pod, not present.
         let unverified = stored.as_ref().is_some_and(|found| !self.images.may_use(found, &auth));
-        let insecure = self.may_pull(image);
+        let decision = self.decide(image);
+        let pull = decision.clone().filter(|d| d.decision.may_pull());
         let about = crate::about(pod).container(&container.name, init);
+        let uid = pod.uid().unwrap_or_default();
         let present = |found: crate::images::Image| async {
             let message = format!("Container image \"{image}\" already present on machine");
             crate::events::record(&self.events, &about, "Normal", "Pulled", &message);
             Ok(found)
         };
-        match (stored, insecure) {
+        let pull_error = |message: String, reason| PrepareError::Pull { image: image.into(), message, reason };
+        let never = "ErrImageNeverPull";
+        let pull = match (stored, pull) {
             (Some(_), _) if unverified && policy == "Never" => {
-                return Err(PrepareError::Pull {
-                    image: image.into(),
-                    message: format!(
+                return Err(pull_error(
+                    format!(
                         "Container image \"{image}\" is present on the machine, but the pod's credentials have not \
                          pulled it, and its pull policy is Never"
                     ),
-                    reason: "ErrImageNeverPull",
-                });
+                    never,
+                ));
             }
-            (Some(_), None) if unverified => {
-                return Err(PrepareError::Pull {
-                    image: image.into(),
-                    message: format!(
-                        "the pod's credentials have not pulled {image:?}, and this node does not pull from its \
-                         registry (see --pull-from)"
-                    ),
-                    reason: "ErrImagePull",
-                });
-            }
-            (Some(found), may_pull) if !unverified && (policy != "Always" || may_pull.is_none()) => {
+            (Some(found), pull) if !unverified && (policy != "Always" || pull.is_none()) => {
                 return present(found).await;
             }
             (None, _) if policy == "Never" => {
-                return Err(PrepareError::Pull {
-                    image: image.into(),
-                    message: format!("Container image \"{image}\" is not present with pull policy of Never"),
-                    reason: "ErrImageNeverPull",
-                });
+                let message = format!("Container image \"{image}\" is not present with pull policy of Never");
+                return Err(pull_error(message, never));
             }
-            (None, None) => {
-                return Err(PrepareError::Pull {
-                    image: image.into(),
-                    message: format!("this node does not pull from the registry of {image:?} (see --pull-from)"),
-                    reason: "ErrImagePull",
-                });
+            (_, Some(pull)) => pull,
+            (stored, None) => {
+                // Refused before any connection: a registry the admin did not name, or one of this machine's. The
+                // pod backs off as after a failed pull, and is told the same whichever it was.
+                self.back_off(&uid, image);
+                let Some(decision) = decision else {
+                    let message = format!("Failed to apply default image tag \"{image}\": couldn't parse image name");
+                    return Err(pull_error(message, "InvalidImageName"));
+                };
+                let mut message = not_allowed(&decision.registry);
+                if stored.is_some() {
+                    message = format!("the pod's credentials have not pulled {image:?}, and {message}");
+                }
+                return Err(pull_error(message, "ErrImagePull"));
             }
-            _ => {}
+        };
+        let whole = crate::images::normalize(image).map_err(|e| pull_error(e.to_string(), "InvalidImageName"))?;
+        // Any registry: not one whose name leads to this machine (`localhost.localdomain`, a name in /etc/hosts, a
+        // DNS name of 127.0.0.1), asked just before the pull. The client resolves the name again: a name that
+        // changes its answer in between is not caught here.
+        if pull.decision == Decision::Any
+            && let Err(refusal) = self.resolves_outside(&pull).await
+        {
+            tracing::warn!(pod = %pod.name_any(), image, registry = %pull.connect, why = %refusal, "refused a pull");
+            self.back_off(&uid, image);
+            let message = match refusal {
+                Resolved::Internal(_) => not_allowed(&pull.registry),
+                Resolved::Unknown(_) => crate::images::PullFailure::Unreachable.describe(&whole, &pull.registry),
+            };
+            return Err(pull_error(message, "ErrImagePull"));
         }
-        let uid = pod.uid().unwrap_or_default();
-        let whole = crate::images::normalize(image).map_err(|e| PrepareError::Pull {
-            image: image.into(),
-            message: e.to_string(),
-            reason: "InvalidImageName",
-        })?;
-        let registry = whole.split('/').next().unwrap_or_default().to_string();
-        let insecure = if insecure == Some(true) { vec![registry] } else { Vec::new() };
+        let plain_http = matches!(pull.decision, Decision::Named { plain_http: true });
+        let insecure = if plain_http { vec![pull.connect.clone()] } else { Vec::new() };
+        // Through the guard, so that what the registry answers (a redirect, its token service) cannot lead the node
+        // to this machine either.
+        let proxy = match pull.decision {
+            Decision::Any => match self.guard().await {
+                Ok(guard) => Some(guard.url()),
+                Err(error) => {
+                    tracing::warn!(%error, "starting the pull guard");
+                    self.back_off(&uid, image);
+                    return Err(pull_error(
+                        crate::images::PullFailure::Node.describe(&whole, &pull.registry),
+                        "ErrImagePull",
+                    ));
+                }
+            },
+            _ => None,
+        };
         let message = format!("Pulling image \"{image}\"");
         crate::events::record(&self.events, &about, "Normal", "Pulling", &message);
         let began = std::time::Instant::now();
-        match self.images.pull(image, &auth, &insecure).await {
+        match self.images.pull_through(image, &auth, &insecure, proxy.as_deref()).await {
             Ok(pulled) => {
                 self.pulls().remove(&uid);
                 let took = began.elapsed();
@@ -276,21 +321,39 @@ impl Runtime {
                 Ok(pulled)
             }
             Err(error) => {
-                let mut pulls = self.pulls();
-                let failures = pulls.get(&uid).filter(|p| p.image == image).map_or(0, |p| p.failures) + 1;
-                let wait =
-                    Duration::from_secs(10).saturating_mul(1 << (failures - 1).min(5)).min(Duration::from_secs(300));
-                pulls.insert(
-                    uid,
-                    PullBackOff { image: image.into(), failures, until: std::time::Instant::now() + wait },
-                );
-                Err(PrepareError::Pull {
-                    image: image.into(),
-                    message: format!("failed to pull and unpack image \"{image}\": {error}"),
-                    reason: "ErrImagePull",
-                })
+                // The whole error for the node's admin; for the pod, what kind of failure it was, in fixed words.
+                tracing::warn!(pod = %pod.name_any(), image, error = %chain(&error), "pulling an image");
+                self.back_off(&uid, image);
+                Err(pull_error(error.failure().describe(&whole, &pull.registry), "ErrImagePull"))
             }
         }
+    }
+
+    /// Starts, or lengthens, pod `uid`'s back-off after a failed (or refused) pull of `image`: the kubelet's 10 s,
+    /// doubling to 5 min.
+    fn back_off(&self, uid: &str, image: &str) {
+        let mut pulls = self.pulls();
+        let failures = pulls.get(uid).filter(|p| p.image == image).map_or(0, |p| p.failures).saturating_add(1);
+        let wait = Duration::from_secs(10).saturating_mul(1 << (failures - 1).min(5)).min(Duration::from_secs(300));
+        let until = std::time::Instant::now() + wait;
+        pulls.insert(uid.to_string(), PullBackOff { image: image.into(), failures, until });
+    }
+
+    /// Whether the name of `pull`'s registry (when it is one) resolves only to addresses outside this machine.
+    async fn resolves_outside(&self, pull: &PullDecision) -> Result<(), Resolved> {
+        let Some(target) = crate::registries::Registry::parse(&pull.connect) else {
+            return Err(Resolved::Unknown(None));
+        };
+        let Some(name) = target.domain() else { return Ok(()) };
+        let port = target.port.unwrap_or(443);
+        let addresses = tokio::net::lookup_host((name, port)).await.map_err(|e| Resolved::Unknown(Some(e)))?;
+        let local = |ip| self.holds(ip);
+        for address in addresses {
+            if crate::registries::internal_address(address.ip(), &local) {
+                return Err(Resolved::Internal(address.ip()));
+            }
+        }
+        Ok(())
     }
 
     fn pulls(&self) -> std::sync::MutexGuard<'_, HashMap<String, PullBackOff>> {
@@ -506,5 +569,144 @@ pub fn pull_policy(container: &k8s_openapi::api::core::v1::Container) -> &str {
     match last.split_once(':') {
         Some((_, tag)) if tag != "latest" => "IfNotPresent",
         _ => "Always",
+    }
+}
+
+/// What the node does with an image's registry, and how it names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PullDecision {
+    decision: Decision,
+    /// The registry as the reference names it (`docker.io`, `127.1:5000`): what the pod is told.
+    registry: String,
+    /// The registry the client connects to (`index.docker.io` for Docker Hub).
+    connect: String,
+}
+
+/// What the node does with `reference`'s registry under the admin's `pull_from`: judged as the client will connect
+/// (Docker Hub as `index.docker.io`), or named as the reference names it (`docker.io`).
+fn decide(
+    pull_from: &PullFrom,
+    reference: &oci_client::Reference,
+    local: &dyn Fn(std::net::IpAddr) -> bool,
+) -> PullDecision {
+    let connect = reference.resolve_registry();
+    let mut decision = pull_from.decide(connect, local);
+    if !matches!(decision, Decision::Named { .. })
+        && reference.registry() != connect
+        && let named @ Decision::Named { .. } = pull_from.decide(reference.registry(), local)
+    {
+        decision = named;
+    }
+    PullDecision { decision, registry: reference.registry().to_string(), connect: connect.to_string() }
+}
+
+/// Whether an address is this machine's ([`held_by_this_machine`](crate::registries::held_by_this_machine)) or in
+/// the pod range of `network`.
+fn holder(network: &crate::network::Network) -> impl Fn(std::net::IpAddr) -> bool + Send + Sync + 'static {
+    let range = match network {
+        crate::network::Network::Bridged(bridge) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(bridge.prefix)).unwrap_or(0);
+            Some((u32::from(bridge.gateway) & mask, mask))
+        }
+        _ => None,
+    };
+    move |ip| {
+        let in_range = match (range, ip) {
+            (Some((base, mask)), std::net::IpAddr::V4(v4)) => u32::from(v4) & mask == base,
+            _ => false,
+        };
+        in_range || crate::registries::held_by_this_machine(ip)
+    }
+}
+
+/// What the pod is told of a registry the node does not pull from.
+fn not_allowed(registry: &str) -> String {
+    format!("registry {registry:?} is not allowed for this node")
+}
+
+/// Why a registry's name is not pulled from.
+#[derive(Debug)]
+enum Resolved {
+    /// It resolves to an address of this machine (or one no tenant's registry may be at).
+    Internal(std::net::IpAddr),
+    /// It does not resolve.
+    Unknown(Option<std::io::Error>),
+}
+
+impl std::fmt::Display for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Resolved::Internal(ip) => write!(f, "its name resolves to {ip}, an address of this machine"),
+            Resolved::Unknown(Some(error)) => write!(f, "resolving its name: {error}"),
+            Resolved::Unknown(None) => write!(f, "not a registry host"),
+        }
+    }
+}
+
+/// `error` and every error beneath it, for the log.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a node does with a pod's image reference, read by the distribution grammar as the store reads it: the
+    /// registry is the reference's first component when it has a `.` or `:`, or is `localhost`.
+    fn decision(pull_from: &[&str], image: &str) -> Option<Decision> {
+        let entries: Vec<String> = pull_from.iter().map(|e| e.to_string()).collect();
+        let pull_from = PullFrom::parse(&entries).unwrap();
+        let whole = crate::images::normalize(image).ok()?;
+        let reference: oci_client::Reference = whole.parse().ok()?;
+        Some(decide(&pull_from, &reference, &|_| false).decision)
+    }
+
+    #[test]
+    fn image_references_naming_this_machine_are_pulled_only_when_the_admin_named_their_registry() {
+        let table: &[(&str, Option<Decision>)] = &[
+            // `localhost` is a registry host by the grammar, not a Docker Hub repository.
+            ("localhost/foo", Some(Decision::Internal)),
+            ("localhost:5000/foo:1", Some(Decision::Internal)),
+            ("LOCALHOST:5000/x", Some(Decision::Internal)),
+            ("127.0.0.1:5000/x", Some(Decision::Internal)),
+            ("127.1:5000/x", Some(Decision::Internal)),
+            ("0x7f.1:5000/x", Some(Decision::Internal)),
+            ("2130706433:5000/x", Some(Decision::Internal)),
+            ("0.0.0.0:5000/x", Some(Decision::Internal)),
+            ("169.254.169.254/latest/meta-data:1", Some(Decision::Internal)),
+            // Brackets are not in the grammar: no registry at all, so never pulled.
+            ("[::1]:5000/x", None),
+            ("registry.local:5000/x", Some(Decision::Any)),
+            ("nginx", Some(Decision::Any)),
+            (
+                "ghcr.io/org/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                Some(Decision::Any),
+            ),
+        ];
+        for (image, with_any) in table {
+            assert_eq!(decision(&["*"], image), *with_any, "{image} with *");
+            let without = with_any.map(|d| if d == Decision::Any { Decision::NotNamed } else { d });
+            assert_eq!(decision(&[], image), without, "{image} with nothing named");
+        }
+        let named = Some(Decision::Named { plain_http: true });
+        assert_eq!(decision(&["127.0.0.1:5000"], "127.0.0.1:5000/x"), named);
+        assert_eq!(decision(&["127.0.0.1:5000"], "127.1:5000/x"), named, "the same registry, written otherwise");
+        assert_eq!(decision(&["127.0.0.1:5000"], "127.0.0.1:5001/x"), Some(Decision::Internal));
+        assert_eq!(decision(&["localhost:5000"], "LOCALHOST:5000/x"), named);
+        // Docker Hub named as references name it, or as the client reaches it.
+        let hub = Some(Decision::Named { plain_http: false });
+        assert_eq!(decision(&["docker.io"], "nginx:1.27"), hub);
+        assert_eq!(decision(&["index.docker.io"], "docker.io/library/nginx:1.27"), hub);
     }
 }

@@ -63,10 +63,12 @@ pub struct Args {
     /// The OCI runtime every container of the process runtime runs in (runc, or one with its command line).
     #[arg(long, value_name = "EXECUTABLE", default_value = "runc")]
     oci_runtime: PathBuf,
-    /// A registry (`HOST` or `HOST:PORT`, `*` for any) the node pulls images it lacks from; repeatable. Registries on
-    /// this machine (loopback addresses, `localhost`) it always may, over plain HTTP as Docker does; others over
-    /// HTTPS, with a pod's `imagePullSecrets`.
-    #[arg(long, value_name = "REGISTRY")]
+    /// A registry the node pulls images it lacks from, with a pod's `imagePullSecrets`; repeatable. `HOST[:PORT]`
+    /// over HTTPS, except a loopback host (`127.0.0.1:5000`, `localhost:5000`), over plain HTTP as Docker does;
+    /// `http://HOST[:PORT]` over plain HTTP; `*` for any registry not of this machine. Host and port name a registry
+    /// together (no port: the scheme's). A registry of this machine (loopback, its own addresses, its pods') is pulled
+    /// from only when named here, never because a pod's image names it.
+    #[arg(long, value_name = "REGISTRY", value_parser = nest_node::registries::check_entry)]
     pull_from: Vec<String>,
     /// The most an image may be (a quantity, as `8Gi`): the sum of its blobs as pulled, and again its files once
     /// unpacked. A bigger one is not pulled, and its pod waits with `ErrImagePull`.

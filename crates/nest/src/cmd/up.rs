@@ -29,9 +29,9 @@ pub struct Args {
     /// (`nest cluster create --pod-security`).
     #[arg(long, value_name = "LEVEL", default_value = "restricted", value_parser = super::syncer::parse_level)]
     pod_security_level: nest_syncer::tenants::PodSecurityLevel,
-    /// A registry (`HOST` or `HOST:PORT`, `*` for any) the node pulls images from, besides registries on this
-    /// machine, which it always may; repeatable (see `nest node --help`).
-    #[arg(long, value_name = "REGISTRY")]
+    /// A registry the node pulls images from (`HOST[:PORT]`, `http://HOST[:PORT]` for plain HTTP, `*` for any not
+    /// of this machine); repeatable. A registry on this machine only when named here (see `nest node --help`).
+    #[arg(long, value_name = "REGISTRY", value_parser = nest_node::registries::check_entry)]
     pull_from: Vec<String>,
     /// The most an image may be, pulled and unpacked (see `nest node --help`).
     #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = super::node::parse_bytes)]

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod management;
+pub mod registry;
 pub mod up;
 
 /// A pod `hardened` that passes the restricted level of the Pod Security Standards (no namespace: `-n` chooses).
