@@ -17,6 +17,10 @@ pub struct Mapping<'a> {
     pub super_namespace: String,
     /// Where the tenant's API server is reached from the super cluster's pods.
     pub api_server: (&'a str, i32),
+    /// Label and annotation prefixes that flow up only: a tenant's own entries under them stay in the tenant.
+    pub transparent: &'a [String],
+    /// The longest termination grace period a pod gets in the super cluster ([`policy::Policy`]).
+    pub max_grace_period_seconds: u32,
 }
 
 /// One synced kind.
@@ -34,6 +38,18 @@ pub struct Kind {
     pub admit: fn(&Value, &policy::Context) -> Result<(), String>,
     /// The super object's name for tenant object `name`, or `None` when that name is not synced.
     pub super_name: fn(&str) -> Option<&str>,
+    /// What becomes of a super object already there when the policy refuses its tenant object now.
+    pub on_refusal: OnRefusal,
+}
+
+/// What becomes of a super object already made when the policy refuses its tenant object now (the platform admin
+/// narrowed the policy, or what an address is changed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnRefusal {
+    /// It stays as it was made (a running pod is not stopped by a change of policy).
+    Keep,
+    /// It goes: an Endpoints address that became another tenant's pod's must stop carrying traffic there.
+    Remove,
 }
 
 /// Every object of the kind may go down.
@@ -61,6 +77,7 @@ pub fn built_in() -> Vec<Kind> {
             status_up: false,
             admit: anything,
             super_name: names::super_config_map,
+            on_refusal: OnRefusal::Keep,
         },
         Kind {
             name: "secrets",
@@ -74,6 +91,7 @@ pub fn built_in() -> Vec<Kind> {
             admit: anything,
             // Pods' token Secrets are the syncer's own ([`crate::tokens`]).
             super_name: |name| (!name.starts_with(crate::tokens::SECRET_PREFIX)).then_some(name),
+            on_refusal: OnRefusal::Keep,
         },
         Kind {
             name: "serviceaccounts",
@@ -88,6 +106,7 @@ pub fn built_in() -> Vec<Kind> {
             status_up: false,
             admit: anything,
             super_name: same,
+            on_refusal: OnRefusal::Keep,
         },
         Kind {
             name: "endpoints",
@@ -99,20 +118,22 @@ pub fn built_in() -> Vec<Kind> {
             status_up: false,
             admit: policy::endpoints,
             super_name: same,
+            // An address allowed when it was copied (the tenant's pod's) can become another tenant's pod's.
+            on_refusal: OnRefusal::Remove,
         },
         Kind {
             name: "persistentvolumeclaims",
             resource: resource("", "v1", "PersistentVolumeClaim"),
             down: |o, m| {
                 let mut claim = with(o, m, &[]);
-                let spec = &o["spec"];
-                claim["spec"] = pick(spec, &["accessModes", "resources", "storageClassName", "volumeMode"]);
+                claim["spec"] = claim_spec(&o["spec"]);
                 Some(claim)
             },
             content: &[],
             status_up: true,
             admit: anything,
             super_name: same,
+            on_refusal: OnRefusal::Keep,
         },
         Kind {
             name: "services",
@@ -138,6 +159,7 @@ pub fn built_in() -> Vec<Kind> {
             status_up: false,
             admit: |o, cx| policy::service(&o["spec"], cx),
             super_name: same,
+            on_refusal: OnRefusal::Keep,
         },
         Kind {
             name: "pods",
@@ -151,6 +173,7 @@ pub fn built_in() -> Vec<Kind> {
             status_up: true,
             admit: |o, cx| policy::pod(&o["spec"], cx),
             super_name: same,
+            on_refusal: OnRefusal::Keep,
         },
     ]
 }
@@ -178,6 +201,7 @@ pub fn custom(group: &str, version: &str, kind: &str) -> Kind {
         status_up: true,
         admit: anything,
         super_name: same,
+        on_refusal: OnRefusal::Keep,
     }
 }
 
@@ -195,21 +219,31 @@ pub fn parse_gvk(text: &str) -> Option<(String, String, String)> {
     }
 }
 
+/// What of a claim's spec goes down: what it asks for, never what would pick a volume (`volumeName`, `selector`,
+/// `dataSource`, `dataSourceRef`: a volume or snapshot of another tenant's is one name away), which the super
+/// cluster's provisioner and binder decide.
+pub fn claim_spec(spec: &Value) -> Value {
+    pick(spec, &["accessModes", "resources", "storageClassName", "volumeMode"])
+}
+
+/// The labels or annotations (`entries`) of a tenant object that go down: neither nest's own ([`names::copied`])
+/// nor those under a prefix that flows up only.
+fn kept(entries: &Value, mapping: &Mapping) -> Map<String, Value> {
+    entries
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| names::copied(k) && !mapping.transparent.iter().any(|p| k.starts_with(p.as_str())))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// The super object's metadata with the fields `copy` of the tenant object `object`.
 fn with(object: &Value, mapping: &Mapping, copy: &[&str]) -> Value {
     let meta = &object["metadata"];
-    let kept = |field: &str| -> Map<String, Value> {
-        meta[field]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(k, _)| names::copied(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    };
-    let mut labels = kept("labels");
+    let mut labels = kept(&meta["labels"], mapping);
     labels.insert(TENANT_LABEL.into(), json!(mapping.key));
-    let mut annotations = kept("annotations");
+    let mut annotations = kept(&meta["annotations"], mapping);
     annotations.insert(TENANT_NAMESPACE.into(), json!(mapping.namespace));
     annotations.insert(TENANT_NAME.into(), meta["name"].clone());
     annotations.insert(TENANT_UID.into(), meta["uid"].clone());
@@ -271,7 +305,20 @@ fn pod_spec(spec: &Value, mapping: &Mapping, pod: &str) -> Value {
                 tenant_field(item);
             }
         }
+        // The claim the super cluster makes for an ephemeral volume is a claim like any other: what it asks for goes
+        // down, as a synced claim's does, and its metadata as any object's.
+        if let Some(template) = volume.pointer_mut("/ephemeral/volumeClaimTemplate") {
+            let mut filtered = json!({"spec": claim_spec(&template["spec"])});
+            for field in ["labels", "annotations"] {
+                let entries = kept(&template["metadata"][field], mapping);
+                if !entries.is_empty() {
+                    filtered["metadata"][field] = Value::Object(entries);
+                }
+            }
+            *template = filtered;
+        }
     }
+    bound_numbers(map, mapping.max_grace_period_seconds);
     config_maps_by_super_name(map);
     let (host, port) = mapping.api_server;
     for list in ["initContainers", "containers"] {
@@ -319,6 +366,79 @@ fn pod_spec(spec: &Value, mapping: &Mapping, pod: &str) -> Value {
         }
     }
     spec
+}
+
+/// An integer of a spec as a number wide enough for any JSON number (a float, or one past i64, is held at the end
+/// of i128 it lies towards); `None` for what is no number.
+fn integer(value: &Value) -> Option<i128> {
+    if let Some(n) = value.as_i64() {
+        return Some(i128::from(n));
+    }
+    if let Some(n) = value.as_u64() {
+        return Some(i128::from(n));
+    }
+    // A saturating cast: a float past i128 is i128::MAX or MIN.
+    value.as_f64().map(|f| f as i128)
+}
+
+/// Holds `object[field]`, when it is a number, to what `bound` makes of it.
+fn hold(object: &mut Value, field: &str, bound: impl Fn(i128) -> i64) {
+    if let Some(value) = object.get_mut(field)
+        && let Some(n) = integer(value)
+    {
+        *value = json!(bound(n));
+    }
+}
+
+/// `n` within `least..=most`.
+fn within(n: i128, least: i64, most: i64) -> i64 {
+    i64::try_from(n.clamp(i128::from(least), i128::from(most))).unwrap_or(most)
+}
+
+/// Holds the numbers of a pod spec that the super cluster acts on to what kube-apiserver takes and the platform's
+/// caps, whatever the tenant's API server let through: the termination grace period at most `max_grace` (a negative
+/// one is 1, as the Pod conversion makes it), a liveness or startup probe's likewise (at least 1), a `sleep` action
+/// within the grace period (kube-apiserver's validateSleepAction), `activeDeadlineSeconds` within 1..=2^31-1 (as
+/// the management cluster's API server bounds it), and `tolerationSeconds` at least 0 (a negative one means 0
+/// upstream).
+fn bound_numbers(spec: &mut Map<String, Value>, max_grace: u32) {
+    let max_grace = i64::from(max_grace);
+    let mut pod = Value::Object(std::mem::take(spec));
+    hold(&mut pod, "terminationGracePeriodSeconds", |n| if n < 0 { 1.min(max_grace) } else { within(n, 0, max_grace) });
+    // kube-apiserver's default, for the sleep actions' bound, when the spec has none.
+    let grace = pod["terminationGracePeriodSeconds"].as_i64().unwrap_or(30.min(max_grace));
+    hold(&mut pod, "activeDeadlineSeconds", |n| within(n, 1, i64::from(i32::MAX)));
+    for toleration in pod.get_mut("tolerations").and_then(Value::as_array_mut).into_iter().flatten() {
+        hold(toleration, "tolerationSeconds", |n| within(n, 0, i64::MAX));
+    }
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        for container in pod.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+            for probe in ["livenessProbe", "startupProbe"] {
+                if let Some(probe) = container.get_mut(probe).filter(|p| p.is_object()) {
+                    hold(probe, "terminationGracePeriodSeconds", |n| within(n, 1, max_grace.max(1)));
+                }
+            }
+            for hook in ["postStart", "preStop"] {
+                if let Some(sleep) = container.pointer_mut(&format!("/lifecycle/{hook}/sleep")) {
+                    hold(sleep, "seconds", |n| within(n, 0, grace));
+                }
+            }
+        }
+    }
+    if let Value::Object(bounded) = pod {
+        *spec = bounded;
+    }
+}
+
+/// The grace period to delete super object `existing` with, its tenant object being `tenant` (or gone): the tenant
+/// deletion's own when it has one, else the super pod's spec's, held to `max` either way, and never negative; so
+/// that the super API server never falls back to a spec's grace period made before the cap. `None` for kinds
+/// without a grace period.
+pub fn delete_grace(tenant: Option<&Value>, existing: &Value, max: u32) -> Option<u32> {
+    let asked = tenant
+        .and_then(|t| integer(&t["metadata"]["deletionGracePeriodSeconds"]))
+        .or_else(|| integer(&existing["spec"]["terminationGracePeriodSeconds"]))?;
+    Some(u32::try_from(asked.clamp(0, i128::from(max))).unwrap_or(max))
 }
 
 /// A downward-API item whose `fieldRef` would read the super pod's namespace or UID reads the tenant's instead, from
@@ -379,7 +499,140 @@ mod tests {
             namespace: "web",
             super_namespace: "default-abcde-a-web".into(),
             api_server: ("10.0.0.9", 6443),
+            transparent: TRANSPARENT,
+            max_grace_period_seconds: 3600,
         }
+    }
+
+    static TRANSPARENT: &[String] = &[];
+
+    fn pod_down(spec: Value, mapping: &Mapping) -> Value {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u"}, "spec": spec});
+        let kinds = built_in();
+        let pods = kinds.iter().find(|k| k.name == "pods").unwrap();
+        (pods.down)(&pod, mapping).unwrap()
+    }
+
+    #[test]
+    fn what_flows_up_only_never_goes_down() {
+        let configured = ["example.com/from-super/".to_string()];
+        let mapping = Mapping { transparent: &configured, ..mapping() };
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "uid": "u",
+                "labels": {"app": "x", "transparency.tenancy.nest.dev/zone": "forged", "example.com/from-super/a": "b"},
+                "annotations": {"note": "kept", "transparency.tenancy.nest.dev/ingress": "forged",
+                                "example.com/from-super/c": "d", "nest.dev/stop-seconds": "86400"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        });
+        for kind in &built_in() {
+            let down = (kind.down)(&pod, &mapping).unwrap();
+            let labels = down["metadata"]["labels"].as_object().unwrap();
+            let annotations = down["metadata"]["annotations"].as_object().unwrap();
+            assert_eq!(labels.keys().collect::<Vec<_>>(), ["app", "tenancy.nest.dev/cluster"], "{}", kind.name);
+            assert!(annotations.contains_key("note"), "{}", kind.name);
+            for key in annotations.keys() {
+                assert!(
+                    !key.starts_with("transparency.")
+                        && !key.starts_with("example.com/")
+                        && !key.starts_with("nest.dev/"),
+                    "{}: {key}",
+                    kind.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ephemeral_claims_go_down_as_synced_claims_do() {
+        let claim = json!({
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": "fast", "volumeMode": "Filesystem",
+            "volumeName": "pvc-of-another-tenant", "selector": {"matchLabels": {"tenant": "acme"}},
+            "dataSource": {"kind": "PersistentVolumeClaim", "name": "acme-data"},
+            "dataSourceRef": {"kind": "VolumeSnapshot", "name": "acme-snapshot", "namespace": "acme"},
+        });
+        let wanted = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                            "storageClassName": "fast", "volumeMode": "Filesystem"});
+        let spec = json!({"containers": [{"name": "c", "image": "i"}], "volumes": [{"name": "scratch", "ephemeral": {
+            "volumeClaimTemplate": {
+                "metadata": {"labels": {"tenancy.nest.dev/cluster": "acme-key", "app": "x"},
+                             "annotations": {"transparency.tenancy.nest.dev/a": "b"}, "name": "ignored"},
+                "spec": claim}}}]});
+        let down = pod_down(spec, &mapping());
+        let template = &down["spec"]["volumes"][0]["ephemeral"]["volumeClaimTemplate"];
+        assert_eq!(template, &json!({"metadata": {"labels": {"app": "x"}}, "spec": wanted}));
+        // A synced claim, the same way.
+        let kinds = built_in();
+        let claims = kinds.iter().find(|k| k.name == "persistentvolumeclaims").unwrap();
+        let object = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c", "uid": "u"},
+                            "spec": claim});
+        assert_eq!((claims.down)(&object, &mapping()).unwrap()["spec"], wanted);
+    }
+
+    #[test]
+    fn numbers_go_down_within_what_the_api_takes_and_the_platforms_caps() {
+        let container = |grace: Value, sleep: Value| {
+            json!({"name": "c", "image": "i",
+                   "livenessProbe": {"tcpSocket": {"port": 80}, "terminationGracePeriodSeconds": grace},
+                   "startupProbe": {"tcpSocket": {"port": 80}, "terminationGracePeriodSeconds": 5},
+                   "lifecycle": {"preStop": {"sleep": {"seconds": sleep}}}})
+        };
+        let spec = json!({
+            "terminationGracePeriodSeconds": i64::MAX, "activeDeadlineSeconds": i64::MAX,
+            "tolerations": [{"key": "k", "effect": "NoExecute", "tolerationSeconds": i64::MIN},
+                            {"key": "k", "effect": "NoExecute", "tolerationSeconds": i64::MAX},
+                            {"key": "k", "effect": "NoExecute"}],
+            "containers": [container(json!(i64::MAX), json!(7200))],
+            "initContainers": [container(json!(u64::MAX), json!(-1))],
+        });
+        let down = pod_down(spec, &mapping());
+        let spec = &down["spec"];
+        assert_eq!(spec["terminationGracePeriodSeconds"], 3600);
+        assert_eq!(spec["activeDeadlineSeconds"], i32::MAX);
+        assert_eq!(spec["tolerations"][0]["tolerationSeconds"], 0);
+        assert_eq!(spec["tolerations"][1]["tolerationSeconds"], i64::MAX, "within int64 the API takes anything");
+        assert!(spec["tolerations"][2].get("tolerationSeconds").is_none(), "nothing is added");
+        for list in ["containers", "initContainers"] {
+            let container = &spec[list][0];
+            assert_eq!(container["livenessProbe"]["terminationGracePeriodSeconds"], 3600, "{list}");
+            assert_eq!(container["startupProbe"]["terminationGracePeriodSeconds"], 5, "{list}");
+        }
+        assert_eq!(spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"], 3600, "within the grace period");
+        assert_eq!(spec["initContainers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"], 0);
+
+        // The platform admin's cap for the tenant, a negative grace period, floats and numbers past i64.
+        let tight = Mapping { max_grace_period_seconds: 60, ..mapping() };
+        let odd = json!({"terminationGracePeriodSeconds": -5, "activeDeadlineSeconds": 1e300,
+                         "containers": [container(json!(-3), json!(1e300))]});
+        let spec = &pod_down(odd, &tight)["spec"];
+        assert_eq!(spec["terminationGracePeriodSeconds"], 1, "negative is 1, as the Pod conversion makes it");
+        assert_eq!(spec["activeDeadlineSeconds"], i32::MAX);
+        assert_eq!(spec["containers"][0]["livenessProbe"]["terminationGracePeriodSeconds"], 1);
+        assert_eq!(spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"], 1);
+        let spec = &pod_down(json!({"terminationGracePeriodSeconds": 600, "containers": []}), &tight)["spec"];
+        assert_eq!(spec["terminationGracePeriodSeconds"], 60);
+        let spec = &pod_down(json!({"terminationGracePeriodSeconds": 0, "containers": []}), &tight)["spec"];
+        assert_eq!(spec["terminationGracePeriodSeconds"], 0, "zero stays: stop at once");
+    }
+
+    #[test]
+    fn a_super_pod_is_deleted_within_the_cap_whether_or_not_its_tenant_pod_is_there() {
+        let super_pod = json!({"spec": {"terminationGracePeriodSeconds": i64::MAX}});
+        let deleting = |grace: Value| json!({"metadata": {"deletionGracePeriodSeconds": grace}});
+        assert_eq!(delete_grace(Some(&deleting(json!(30))), &super_pod, 3600), Some(30));
+        assert_eq!(delete_grace(Some(&deleting(json!(0))), &super_pod, 3600), Some(0));
+        assert_eq!(delete_grace(Some(&deleting(json!(i64::MAX))), &super_pod, 3600), Some(3600));
+        assert_eq!(
+            delete_grace(Some(&deleting(json!(1u64 << 32))), &super_pod, 3600),
+            Some(3600),
+            "never wrapped to 0"
+        );
+        assert_eq!(delete_grace(Some(&deleting(json!(-1))), &super_pod, 3600), Some(0));
+        // The tenant pod gone (a forced delete): the super pod's spec, held to the cap, not left to the API server.
+        assert_eq!(delete_grace(None, &super_pod, 3600), Some(3600));
+        assert_eq!(delete_grace(None, &json!({"spec": {"terminationGracePeriodSeconds": 30}}), 3600), Some(30));
+        assert_eq!(delete_grace(Some(&json!({"metadata": {}})), &json!({"spec": {}}), 3600), None, "not a pod");
     }
 
     #[test]

@@ -3,6 +3,11 @@
 //! answers only that tenant's API server (its kubelet client certificate, verified against the tenant's CA), and
 //! streams the mapped super pod's `pods/log` from the super cluster. So `kubectl logs` in a tenant works for synced
 //! pods, and no other tenant (nor anyone else) can read them through it.
+//!
+//! Every tenant's pods can reach these endpoints, so every endpoint keeps the kubelet API's limits
+//! ([`nest_node::kubelet::Limits`]: handshake, header and idle deadlines, a cap per source address), and all of them
+//! together one budget of connections ([`crate::Syncer::kubelet_connections`]): however many tenants there are, the
+//! syncer's descriptors stay bounded.
 
 use std::sync::Arc;
 
@@ -21,6 +26,25 @@ use crate::{Syncer, tenants};
 
 /// The query parameters the kubelet's `/containerLogs` and the API's `pods/log` share.
 const PASSED_ON: &[&str] = &["follow", "tailLines", "sinceSeconds", "timestamps", "previous", "limitBytes"];
+
+/// A listener on the first free port of `ports` at `address`.
+async fn bind_in(
+    address: std::net::IpAddr,
+    ports: std::ops::RangeInclusive<u16>,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let (first, last) = (*ports.start(), *ports.end());
+    for port in ports {
+        match tokio::net::TcpListener::bind((address, port)).await {
+            Ok(listener) => return Ok(listener),
+            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(error) => return Err(error),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("every kubelet endpoint port of {address}, {first} to {last}, is taken"),
+    ))
+}
 
 /// Starts tenant `key`'s endpoint on the syncer's kubelet address; returns its port and the task serving it.
 pub async fn start(
@@ -50,12 +74,14 @@ pub async fn start(
     };
     let pair = ca.issue(&leaf).map_err(|e| tenants::Error::Certificate(e.to_string()))?;
     let tls = Tls { cert: pair.cert, key: pair.key, client_ca: ca.0.cert.clone() };
-    let listener =
-        tokio::net::TcpListener::bind((address, 0)).await.map_err(|e| tenants::Error::Certificate(e.to_string()))?;
+    let listener = bind_in(address, syncer.options.kubelet_ports.clone())
+        .await
+        .map_err(|e| tenants::Error::Certificate(e.to_string()))?;
     let port = listener.local_addr().map_err(|e| tenants::Error::Certificate(e.to_string()))?.port();
     let (syncer, key) = (syncer.clone(), key.to_string());
+    let connections = syncer.kubelet_connections.clone();
     let task = tokio::spawn(async move {
-        let served = nest_node::kubelet::serve_with(listener, tls, move |request| {
+        let served = nest_node::kubelet::serve_with(listener, tls, connections, move |request| {
             let (syncer, key) = (syncer.clone(), key.clone());
             async move { handle(&syncer, &key, request).await }
         });
@@ -75,15 +101,21 @@ async fn handle(syncer: &Syncer, key: &str, request: Request<hyper::body::Incomi
     let ["containerLogs", namespace, pod, container] = parts[..] else {
         return text(StatusCode::NOT_FOUND, format!("{path} is not served here\n"));
     };
+    // A container's name is a DNS label: anything else could add to the query of the request below.
+    if container.is_empty() || !container.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        return text(StatusCode::BAD_REQUEST, format!("{container:?} is not a container's name\n"));
+    }
     // Only a pod this tenant owns.
     let super_namespace = names::super_namespace(key, namespace);
     let Some(pods) = syncer.kinds.iter().position(|k| k.name == "pods") else {
         return text(StatusCode::NOT_FOUND, "no pods\n");
     };
     let reference = ObjectRef::new_with(pod, syncer.kinds[pods].resource.clone()).within(&super_namespace);
-    let owned = syncer.super_objects[pods]
-        .get(&reference)
-        .is_some_and(|p| p.metadata.labels.as_ref().and_then(|l| l.get(TENANT_LABEL)).map(String::as_str) == Some(key));
+    // Labelled with the tenant and made by the syncer for one of its pods (its control plane's pods are labelled too).
+    let owned = syncer.super_objects[pods].get(&reference).is_some_and(|p| {
+        p.metadata.labels.as_ref().and_then(|l| l.get(TENANT_LABEL)).map(String::as_str) == Some(key)
+            && p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(names::TENANT_NAME))
+    });
     if !owned {
         return text(StatusCode::NOT_FOUND, format!("pod {namespace}/{pod} is not running in the super cluster\n"));
     }
@@ -119,5 +151,168 @@ async fn handle(syncer: &Syncer, key: &str, request: Request<hyper::body::Incomi
             text(code, format!("{}\n", status.message))
         }
         Err(error) => text(StatusCode::BAD_GATEWAY, format!("the super cluster: {error}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The kubelet API's limits on a real endpoint on 127.0.0.1, as every tenant's pods could try them: one address
+    //! that opens connections and never speaks, or stops half way through the TLS handshake.
+
+    use std::net::{IpAddr, SocketAddr};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use nest_node::kubelet::{Connections, Limits, Tls};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio_rustls::rustls;
+
+    use super::*;
+
+    const CLIENT: &str = nest_node::kubelet::API_SERVER_CLIENT;
+
+    struct Endpoint {
+        address: SocketAddr,
+        client: Arc<rustls::ClientConfig>,
+    }
+
+    /// A kubelet endpoint answering `/healthz`, as the syncer starts one per tenant, sharing `connections`.
+    async fn endpoint(connections: Arc<Connections>) -> Endpoint {
+        let ca = nest_pki::Ca::generate("tenant-ca").unwrap();
+        let leaf = |common_name, usage, names: Vec<String>| nest_pki::Leaf {
+            common_name,
+            organization: None,
+            names,
+            usage,
+            validity: nest_pki::LEAF_VALIDITY,
+        };
+        let serving = ca.issue(&leaf("nest-syncer", nest_pki::Usage::Server, vec!["127.0.0.1".into()])).unwrap();
+        let client = ca.issue(&leaf(CLIENT, nest_pki::Usage::Client, Vec::new())).unwrap();
+        let tls = Tls { cert: serving.cert, key: serving.key, client_ca: ca.0.cert.clone() };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(nest_node::kubelet::serve_with(listener, tls, connections, |_| async {
+            text(StatusCode::OK, "ok\n")
+        }));
+        let pem = |text: &str| {
+            use rustls::pki_types::pem::PemObject;
+            rustls::pki_types::CertificateDer::from_pem_slice(text.as_bytes()).unwrap()
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pem(&ca.0.cert)).unwrap();
+        let key = {
+            use rustls::pki_types::pem::PemObject;
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(client.key.as_bytes()).unwrap()
+        };
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(vec![pem(&client.cert)], key)
+            .unwrap();
+        Endpoint { address, client: Arc::new(config) }
+    }
+
+    /// A TCP connection to `to` from loopback address `from` (every 127/8 address is this machine's).
+    async fn connect(from: [u8; 4], to: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(IpAddr::from(from), 0)).unwrap();
+        socket.connect(to).await.unwrap()
+    }
+
+    /// What a proper client (the tenant's API server) gets for `GET /healthz`, from `from`; `None` when the
+    /// connection is refused.
+    async fn healthz(endpoint: &Endpoint, from: [u8; 4]) -> Option<String> {
+        let tcp = connect(from, endpoint.address).await;
+        let connector = tokio_rustls::TlsConnector::from(endpoint.client.clone());
+        let name = rustls::pki_types::ServerName::IpAddress(endpoint.address.ip().into());
+        let mut tls = tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp)).await.ok()?.ok()?;
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: kubelet\r\nconnection: close\r\n\r\n").await.ok()?;
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), tls.read_to_string(&mut answer)).await.ok()?.ok()?;
+        Some(answer)
+    }
+
+    /// How long until the server closes `stream` (which sends nothing more), at most `within`.
+    async fn closed_after(mut stream: TcpStream, within: Duration) -> Option<Duration> {
+        let began = Instant::now();
+        let mut buffer = [0u8; 1024];
+        loop {
+            match tokio::time::timeout_at((began + within).into(), stream.read(&mut buffer)).await {
+                Err(_) => return None,
+                Ok(Ok(0) | Err(_)) => return Some(began.elapsed()),
+                // A TLS alert or an HTTP answer before closing.
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// The start of a TLS ClientHello that never ends: a record header promising 512 bytes, and 5 of them.
+    const HALF_A_HELLO: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03];
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn silent_and_half_open_connections_are_closed_and_one_address_takes_only_its_share() {
+        let limits = Limits {
+            max_connections: 64,
+            max_per_source: 8,
+            handshake_timeout: Duration::from_millis(500),
+            header_read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(1),
+        };
+        // Two tenants' endpoints, one budget, as in the syncer.
+        let connections = Connections::new(limits);
+        let demo = endpoint(connections.clone()).await;
+        let acme = endpoint(connections.clone()).await;
+        assert!(healthz(&demo, [127, 0, 0, 2]).await.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
+
+        // The attacker, at 127.0.0.2: connections that never speak, and TLS handshakes stopped half way, up to the
+        // cap of its address.
+        let mut held = Vec::new();
+        for i in 0..8 {
+            let mut stream = connect([127, 0, 0, 2], demo.address).await;
+            if i % 2 == 1 {
+                stream.write_all(HALF_A_HELLO).await.unwrap();
+            }
+            held.push(stream);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(connections.open(), 8);
+        // One more from that address, to either endpoint, is closed as soon as it is accepted.
+        for endpoint in [&demo, &acme] {
+            let over = connect([127, 0, 0, 2], endpoint.address).await;
+            let closed = closed_after(over, Duration::from_millis(500)).await;
+            assert!(closed.is_some(), "a connection over the address's cap is refused");
+        }
+        // Meanwhile the tenants' API servers, elsewhere, are served.
+        let answer = healthz(&demo, [127, 0, 0, 3]).await.expect("a proper client served");
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok\n"), "{answer:?}");
+        assert!(healthz(&acme, [127, 0, 0, 4]).await.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
+
+        // Every held connection is closed within the handshake deadline (with slack for a loaded machine).
+        let waits = futures_util::future::join_all(held.into_iter().map(|s| closed_after(s, Duration::from_secs(5))));
+        for (i, waited) in waits.await.into_iter().enumerate() {
+            let waited = waited.unwrap_or_else(|| panic!("connection {i} still open after 5 s"));
+            assert!(waited < Duration::from_secs(3), "connection {i} held for {waited:?}");
+        }
+        // The address is served again once its connections are gone.
+        assert!(healthz(&demo, [127, 0, 0, 2]).await.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
+
+        // A client that completes the handshake, then says nothing, is closed once idle.
+        let tcp = connect([127, 0, 0, 5], demo.address).await;
+        let connector = tokio_rustls::TlsConnector::from(demo.client.clone());
+        let name = rustls::pki_types::ServerName::IpAddress(demo.address.ip().into());
+        let mut quiet = connector.connect(name, tcp).await.unwrap();
+        let began = Instant::now();
+        let mut buffer = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(5), quiet.read(&mut buffer)).await;
+        assert!(matches!(read, Ok(Ok(0) | Err(_))), "an idle connection is closed: {read:?}");
+        assert!(began.elapsed() < Duration::from_secs(3), "closed after {:?}", began.elapsed());
+
+        let closed = connections.closed();
+        assert_eq!(closed.over_cap, 2, "{closed:?}");
+        assert_eq!(closed.handshake_timeout, 8, "{closed:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(connections.open(), 0, "every slot given back");
     }
 }

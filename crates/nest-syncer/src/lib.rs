@@ -16,11 +16,13 @@
 //! - [`volumes`]: PersistentVolumes the super cluster bound to tenants' claims, copied up.
 //! - [`queue`]: the work queue, shared fairly between tenants.
 //! - [`kubelet`]: the kubelet endpoint of each tenant's virtual nodes, for `kubectl logs` through the tenant.
+//! - [`addresses`]: which addresses a tenant's Endpoints may name.
 //! - [`metrics`]: counters served as Prometheus text.
 //!
 //! A patrol per tenant enqueues every object on both sides every `patrol` interval, which repairs drift either way
 //! and removes super objects whose tenant object is gone (also those deleted while the syncer was not running).
 
+pub mod addresses;
 pub mod events;
 pub mod kinds;
 pub mod kubelet;
@@ -51,6 +53,9 @@ use crate::kinds::Kind;
 use crate::queue::Queue;
 use crate::tenants::Tenant;
 
+/// The ports the tenants' kubelet endpoints take by default.
+pub const KUBELET_PORTS: std::ops::RangeInclusive<u16> = 10300..=10999;
+
 /// How the syncer runs.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -62,6 +67,9 @@ pub struct Options {
     pub node_grace: Duration,
     /// The address tenants' API servers reach the syncer's kubelet endpoints at (virtual nodes' InternalIP).
     pub kubelet_address: std::net::IpAddr,
+    /// The ports the kubelet endpoints take, one per tenant (default 10300–10999): a fixed range, so that the node's
+    /// network wall can let tenants' pods reach them and nothing else of the host.
+    pub kubelet_ports: std::ops::RangeInclusive<u16>,
     /// Custom resource kinds to sync as well (group, version, kind): spec down, status up.
     pub custom: Vec<(String, String, String)>,
     /// Also write a super Service's ClusterIP into its tenant Service's `spec.externalIPs`.
@@ -75,6 +83,14 @@ pub struct Options {
     /// What tenants may ask of the management cluster beyond Pod Security ([`policy`]), before each tenant's own
     /// additions.
     pub policy: policy::Policy,
+    /// The management cluster's pod ranges besides its nodes' `spec.podCIDRs` (which are read too): an Endpoints
+    /// address in one must be a pod of the tenant's own, and none may be a range's bridge address ([`addresses`]).
+    pub pod_ranges: Vec<addresses::Range>,
+    /// The management cluster's Service ranges, which no tenant Endpoints address may be in (default kube-apiserver's
+    /// and `nest apiserver`'s `10.96.0.0/12`).
+    pub service_ranges: Vec<addresses::Range>,
+    /// What a client may hold of the tenants' kubelet endpoints, all of which share one budget of connections.
+    pub kubelet_limits: nest_node::kubelet::Limits,
 }
 
 impl Default for Options {
@@ -84,14 +100,21 @@ impl Default for Options {
             workers: 8,
             node_grace: Duration::from_secs(60),
             kubelet_address: std::net::Ipv4Addr::LOCALHOST.into(),
+            kubelet_ports: KUBELET_PORTS,
             custom: Vec::new(),
             service_external_ips: false,
             transparent_prefixes: vec![names::TRANSPARENT_PREFIX.to_string()],
             pod_security: tenants::PodSecurityLevel::Restricted,
             policy: policy::Policy::default(),
+            pod_ranges: Vec::new(),
+            service_ranges: vec![DEFAULT_SERVICE_RANGE.parse().expect("a valid range")],
+            kubelet_limits: nest_node::kubelet::Limits::default(),
         }
     }
 }
+
+/// The Service range the syncer assumes unless told (kube-apiserver's default, and `nest apiserver`'s).
+pub const DEFAULT_SERVICE_RANGE: &str = "10.96.0.0/12";
 
 /// How the syncer's watches retry: from 250 ms, doubling, at most 3 s apart. A tenant's API server that comes back,
 /// or a CRD created after the syncer started, is noticed within seconds (kube-runtime's default waits up to 30 s).
@@ -124,8 +147,8 @@ impl kube::runtime::utils::Backoff for Retry {
     }
 }
 
-/// Keeps of a super pod only what the syncer reads (its metadata, status, node, and containers' names and images),
-/// so that the cache of ten thousand pods stays small.
+/// Keeps of a super pod only what the syncer reads (its metadata, status, node, grace period, and containers' names
+/// and images), so that the cache of ten thousand pods stays small.
 fn prune_super_pod(pod: &mut DynamicObject) {
     let spec = &pod.data["spec"];
     let containers: Vec<serde_json::Value> = spec["containers"]
@@ -134,7 +157,10 @@ fn prune_super_pod(pod: &mut DynamicObject) {
         .flatten()
         .map(|c| serde_json::json!({"name": c["name"], "image": c["image"]}))
         .collect();
-    let pruned = serde_json::json!({"nodeName": spec["nodeName"], "containers": containers});
+    let pruned = serde_json::json!({
+        "nodeName": spec["nodeName"], "containers": containers,
+        "terminationGracePeriodSeconds": spec["terminationGracePeriodSeconds"],
+    });
     pod.data["spec"] = pruned;
     pod.metadata.managed_fields = None;
 }
@@ -144,19 +170,22 @@ const BODY: &str = "nest.dev/body";
 
 /// Compacts a cached object (tenant objects, and the super objects made from them): without managedFields (the syncer never reads them), and with its body
 /// (everything but apiVersion, kind and metadata) kept as one JSON string instead of a tree of values — a tenth of
-/// the memory. The fields read on every pass stay as they are: `spec.nodeName`, `spec.selector`, `spec.volumeName`.
+/// the memory. The fields read on every pass stay as they are: `spec.nodeName`, `spec.selector`, `spec.volumeName`,
+/// and a pod's `status.phase`, `status.podIP` and `status.podIPs` (every Endpoints check reads every pod's).
 pub fn compact(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
     let body = std::mem::take(&mut object.data);
-    let mut hot = serde_json::Map::new();
-    for field in ["nodeName", "selector", "volumeName"] {
-        if let Some(value) = body["spec"].get(field) {
-            hot.insert(field.to_string(), value.clone());
-        }
-    }
     let mut data = serde_json::Map::new();
-    if !hot.is_empty() {
-        data.insert("spec".into(), serde_json::Value::Object(hot));
+    for (part, fields) in
+        [("spec", &["nodeName", "selector", "volumeName"][..]), ("status", &["phase", "podIP", "podIPs"])]
+    {
+        let hot: serde_json::Map<String, serde_json::Value> = fields
+            .iter()
+            .filter_map(|field| body[part].get(*field).map(|value| (field.to_string(), value.clone())))
+            .collect();
+        if !hot.is_empty() {
+            data.insert(part.into(), serde_json::Value::Object(hot));
+        }
     }
     data.insert(BODY.into(), serde_json::Value::String(body.to_string()));
     object.data = serde_json::Value::Object(data);
@@ -223,6 +252,9 @@ pub struct Syncer {
     /// The super cluster's PersistentVolumes (those bound to tenants' claims are copied up).
     pub super_volumes: Store<PersistentVolume>,
     pub metrics: metrics::Metrics,
+    /// The connections open on every tenant's kubelet endpoint: one budget, so that the syncer's descriptors are
+    /// bounded however many tenants it serves.
+    pub kubelet_connections: Arc<nest_node::kubelet::Connections>,
     /// Consecutive failures per item, for back-off.
     pub failures: std::sync::Mutex<std::collections::HashMap<(String, Item), u32>>,
 }
@@ -328,6 +360,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
             });
         feeds.push(Box::pin(feed));
     }
+    let kubelet_connections = nest_node::kubelet::Connections::new(options.kubelet_limits.clone());
     let syncer = Arc::new(Syncer {
         super_client,
         options,
@@ -347,6 +380,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         super_volumes,
         metrics: metrics::Metrics::default(),
         failures: Default::default(),
+        kubelet_connections,
     });
     let _ = syncer_slot.set(syncer.clone());
     let feeds = futures_util::future::join_all(feeds);
@@ -388,4 +422,28 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
             tokio::join!(feeds, work);
         }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compacted_object_is_whole_again_and_keeps_what_every_pass_reads_at_hand() {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "podIP": "10.128.0.5", "podIPs": [{"ip": "10.128.0.5"}], "hostIP": "h"},
+        });
+        let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
+        compact(&mut object);
+        assert_eq!(object.data["spec"], serde_json::json!({"nodeName": "node-1"}));
+        assert_eq!(
+            object.data["status"],
+            serde_json::json!({"phase": "Running", "podIP": "10.128.0.5", "podIPs": [{"ip": "10.128.0.5"}]})
+        );
+        let mut whole = full(&object);
+        whole["metadata"].as_object_mut().unwrap().retain(|_, v| !v.is_null());
+        assert_eq!(whole, pod);
+    }
 }

@@ -154,5 +154,22 @@ pub fn render(syncer: &Syncer) -> String {
         "Objects that waited because their tenant was at its cap of the kind, per tenant and kind.",
         capped,
     );
+    let connections = &syncer.kubelet_connections;
+    let _ = writeln!(
+        out,
+        "# HELP nest_syncer_kubelet_connections Connections open on the tenants' kubelet endpoints.\n\
+         # TYPE nest_syncer_kubelet_connections gauge\nnest_syncer_kubelet_connections {}",
+        connections.open()
+    );
+    let closed = connections.closed();
+    let closed = [("cap", closed.over_cap), ("handshake_timeout", closed.handshake_timeout), ("idle", closed.idle)];
+    family(
+        &mut out,
+        "nest_syncer_kubelet_connections_closed_total",
+        "counter",
+        "Connections the tenants' kubelet endpoints closed: over a cap as accepted, a TLS handshake too slow, idle too \
+         long.",
+        closed.map(|(reason, n)| (format!("reason=\"{reason}\""), n.to_string())),
+    );
     out
 }

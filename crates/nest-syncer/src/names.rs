@@ -25,11 +25,13 @@ pub const VIRTUAL_NODE_LABEL: &str = "tenancy.nest.dev/virtual-node";
 /// The label and annotation prefix that flows up from super objects to tenant objects by default.
 pub const TRANSPARENT_PREFIX: &str = "transparency.tenancy.nest.dev/";
 
-/// Metadata prefixes that are not copied down: the syncer's own, and nest's instructions to the super cluster's nodes
+/// Metadata prefixes that are not copied down: the syncer's own, nest's instructions to the super cluster's nodes
 /// (`nest.dev/exit-code`, `nest.dev/stop-seconds`, `nest.dev/ready` drive a simulated pod), which a tenant must not
-/// give the super cluster (issue 18).
+/// give the super cluster (issue 18), and [`TRANSPARENT_PREFIX`], which flows up only: what the super cluster says
+/// there, the tenant must not be able to say for it (issue 33). Other prefixes configured to flow up are not copied
+/// down either ([`crate::kinds::Mapping::transparent`]).
 pub const RESERVED_PREFIXES: &[&str] =
-    &["tenancy.nest.dev/", "nest.dev/", "kubectl.kubernetes.io/last-applied-configuration"];
+    &["tenancy.nest.dev/", "nest.dev/", TRANSPARENT_PREFIX, "kubectl.kubernetes.io/last-applied-configuration"];
 
 /// The ConfigMap every namespace has, holding its cluster's CA (kube-controller-manager's root-CA publisher makes
 /// it). The super cluster's publisher keeps its own in every super namespace, so the tenant's goes down under
@@ -140,6 +142,7 @@ mod tests {
             assert!(!copied(instruction), "{instruction} reaches the super cluster");
         }
         assert!(copied("example.nest.dev/team"), "only nest.dev/ itself is reserved");
+        assert!(!copied("transparency.tenancy.nest.dev/ingress"), "what flows up never goes down");
     }
 
     #[test]

@@ -7,9 +7,13 @@
 //! included); the volume types Pod Security's restricted level allows, less inline CSI; no tolerations but for the
 //! node conditions every pod tolerates; node selection only by zone, region, OS, architecture and instance type
 //! (never a node's name); the default scheduler; no runtime classes; priority classes only those the management
-//! cluster shares as public; and Endpoints only to addresses that are none of the host's, the nodes', the API
-//! server's or another tenant's pods'. `nest syncer --allow-*` widens them for every tenant; a tenant's Cluster (or
+//! cluster shares as public; and Endpoints only to the tenant's own pods or addresses outside the management
+//! cluster ([`crate::addresses`]). `nest syncer --allow-*` widens them for every tenant; a tenant's Cluster (or
 //! NestedControlPlane) annotation `tenancy.nest.dev/allow-<what>: a,b` adds to them for that tenant.
+//!
+//! Caps bound what a tenant keeps and asks for: objects and bytes of each kind (`tenancy.nest.dev/cap-<plural>-objects`,
+//! `-bytes`), and the longest termination grace period its pods get in the management cluster
+//! (`tenancy.nest.dev/cap-pods-grace-period-seconds`, [`DEFAULT_MAX_GRACE_PERIOD_SECONDS`] unless told otherwise).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -33,6 +37,9 @@ pub struct Policy {
     pub priority_classes: Vec<String>,
     /// How much of each synced kind (by plural) a tenant may keep in the management cluster.
     pub caps: std::collections::BTreeMap<String, Cap>,
+    /// The longest termination grace period (seconds) a tenant's pod gets in the management cluster: its spec's, and
+    /// the one the syncer deletes it with, are held to it ([`crate::kinds`]).
+    pub max_grace_period_seconds: u32,
 }
 
 /// How much of one kind a tenant may keep in the management cluster: objects, and bytes of their JSON.
@@ -46,6 +53,12 @@ pub struct Cap {
 pub const DEFAULT_OBJECTS: usize = 10_000;
 /// Bytes of ConfigMaps, and of Secrets, a tenant may keep unless told otherwise.
 pub const DEFAULT_CONFIG_BYTES: u64 = 64 << 20;
+/// The longest termination grace period a tenant's pod gets unless told otherwise: an hour. A pod that asks for
+/// more (kube-apiserver takes any int64, and i64::MAX once stopped the node for every tenant) gets an hour, which
+/// is more than any shutdown needs and bounds how long a deleted pod holds its node's resources.
+pub const DEFAULT_MAX_GRACE_PERIOD_SECONDS: u32 = 3600;
+/// The cap (`--cap`, and after [`CAP_PREFIX`] in a tenant's annotation) of the longest grace period.
+pub const GRACE_PERIOD_CAP: &str = "pods-grace-period-seconds";
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
@@ -80,13 +93,15 @@ impl Default for Policy {
                 .into_iter()
                 .map(|kind| (kind.to_string(), Cap { objects: None, bytes: Some(DEFAULT_CONFIG_BYTES) }))
                 .collect(),
+            max_grace_period_seconds: DEFAULT_MAX_GRACE_PERIOD_SECONDS,
         }
     }
 }
 
 /// The annotation on a tenant's Cluster (or NestedControlPlane) adding to list `what` for that tenant.
 pub const ALLOW_PREFIX: &str = "tenancy.nest.dev/allow-";
-/// The annotations setting a tenant's caps: `tenancy.nest.dev/cap-<plural>-objects: 100`, `…-bytes: 1Mi`.
+/// The annotations setting a tenant's caps: `tenancy.nest.dev/cap-<plural>-objects: 100`, `…-bytes: 1Mi`, and
+/// `tenancy.nest.dev/cap-pods-grace-period-seconds: 600`.
 pub const CAP_PREFIX: &str = "tenancy.nest.dev/cap-";
 
 impl Policy {
@@ -118,12 +133,21 @@ impl Policy {
 }
 
 impl Policy {
-    /// Sets cap `what` (`<plural>-objects` or `<plural>-bytes`) to `value` (a count, or a quantity such as `1Mi`);
-    /// false when `what` or `value` means nothing.
+    /// Sets cap `what` (`<plural>-objects` or `<plural>-bytes`, or [`GRACE_PERIOD_CAP`]) to `value` (a count, a
+    /// quantity such as `1Mi`, or seconds); false when `what` or `value` means nothing.
     pub fn set_cap(&mut self, what: &str, value: &str) -> bool {
         let value = value.trim();
         if !value.starts_with(|c: char| c.is_ascii_digit()) {
             return false;
+        }
+        if what == GRACE_PERIOD_CAP {
+            return match value.parse() {
+                Ok(seconds) => {
+                    self.max_grace_period_seconds = seconds;
+                    true
+                }
+                Err(_) => false,
+            };
         }
         if let Some(kind) = what.strip_suffix("-objects")
             && let Ok(n) = value.parse()
@@ -152,7 +176,7 @@ impl Policy {
 /// refusal says what the cap is and what is used.
 pub fn within(cap: Cap, plural: &str, objects: usize, bytes: u64, size: u64) -> Result<(), String> {
     if let Some(max) = cap.objects
-        && objects + 1 > max
+        && objects >= max
     {
         return Err(format!(
             "the tenant's cap of {max} {plural} in the management cluster is reached ({objects} there): it waits until \
@@ -160,7 +184,7 @@ pub fn within(cap: Cap, plural: &str, objects: usize, bytes: u64, size: u64) -> 
         ));
     }
     if let Some(max) = cap.bytes
-        && bytes + size > max
+        && bytes.saturating_add(size) > max
     {
         return Err(format!(
             "the tenant's cap of {max} bytes of {plural} in the management cluster would be passed ({bytes} there, \
@@ -175,7 +199,9 @@ pub struct Context<'a> {
     pub policy: &'a Policy,
     /// The priority classes the management cluster shares as public.
     pub public_priority_classes: BTreeSet<String>,
-    /// Why an address may not be an Endpoints address (a node's, the API server's, another tenant's pod's), if so.
+    /// Why an address (as it reaches, [`crate::addresses::canonical`]) may not be an Endpoints address of this tenant
+    /// beyond [`crate::addresses::special`] (a node's, the API server's, a bridge's, the Service range's, a pod's not
+    /// the tenant's), if so.
     pub forbidden_address: &'a dyn Fn(IpAddr) -> Option<&'static str>,
 }
 
@@ -261,31 +287,8 @@ pub fn service(spec: &Value, cx: &Context) -> Result<(), String> {
     Ok(())
 }
 
-/// Why `ip` can never be a tenant's Endpoints address, whoever runs the cluster: the host's own and addresses that
-/// reach no single pod.
-pub fn special_address(ip: IpAddr) -> Option<&'static str> {
-    let (loopback, link_local, unspecified, multicast) = match ip {
-        IpAddr::V4(v4) => {
-            (v4.is_loopback(), v4.is_link_local(), v4.is_unspecified(), v4.is_multicast() || v4.is_broadcast())
-        }
-        IpAddr::V6(v6) => {
-            (v6.is_loopback(), (v6.segments()[0] & 0xffc0) == 0xfe80, v6.is_unspecified(), v6.is_multicast())
-        }
-    };
-    if loopback {
-        Some("a loopback address")
-    } else if link_local {
-        Some("a link-local address")
-    } else if unspecified {
-        Some("the unspecified address")
-    } else if multicast {
-        Some("a multicast or broadcast address")
-    } else {
-        None
-    }
-}
-
-/// A super Endpoints object (of a Service without a selector): every address a pod's.
+/// A super Endpoints object (of a Service without a selector): every address the tenant's own pod's or outside the
+/// management cluster ([`crate::addresses`]). The refusal names the address, and what an IPv4-mapped one maps to.
 pub fn endpoints(object: &Value, cx: &Context) -> Result<(), String> {
     for (i, subset) in object["subsets"].as_array().into_iter().flatten().enumerate() {
         for list in ["addresses", "notReadyAddresses"] {
@@ -293,9 +296,12 @@ pub fn endpoints(object: &Value, cx: &Context) -> Result<(), String> {
                 let field = format!("subsets[{i}].{list}[{j}].ip");
                 let text = address["ip"].as_str().unwrap_or_default();
                 let ip: IpAddr = text.parse().map_err(|_| format!("{field}: {text:?} is not an IP address"))?;
-                if let Some(why) = special_address(ip).or_else(|| (cx.forbidden_address)(ip)) {
+                let canonical = crate::addresses::canonical(ip);
+                if let Some(why) = crate::addresses::special(canonical).or_else(|| (cx.forbidden_address)(canonical)) {
+                    let reads = if canonical == ip { String::new() } else { format!(" ({canonical})") };
                     return Err(format!(
-                        "{field}: {text:?} is {why}, which the management cluster's policy for tenants does not allow"
+                        "{field}: {text:?}{reads} is {why}, which the management cluster's policy for tenants does \
+                         not allow"
                     ));
                 }
             }
@@ -430,6 +436,21 @@ mod tests {
         assert!(within(tenant.cap("pods"), "pods", 3, 0, 100).unwrap_err().starts_with("the tenant's cap of 3 pods"));
         assert_eq!(within(tenant.cap("configmaps"), "configmaps", 1, 1 << 19, 1 << 19), Ok(()));
         assert!(within(tenant.cap("configmaps"), "configmaps", 2, 1 << 20, 1).unwrap_err().contains("1048576 bytes"));
+        assert!(within(tenant.cap("configmaps"), "configmaps", 0, u64::MAX, u64::MAX).is_err(), "no overflow");
+    }
+
+    #[test]
+    fn the_longest_grace_period_is_an_hour_unless_the_platform_admin_says_otherwise() {
+        let policy = Policy::default();
+        assert_eq!(policy.max_grace_period_seconds, 3600);
+        let annotations: Vec<(String, String)> =
+            vec![("tenancy.nest.dev/cap-pods-grace-period-seconds".into(), "600".into())];
+        assert_eq!(policy.with_annotations(annotations.iter().map(|(k, v)| (k, v))).max_grace_period_seconds, 600);
+        for nonsense in ["-1", "1e9", "4294967296", "ten", ""] {
+            let mut tenant = policy.clone();
+            assert!(!tenant.set_cap(GRACE_PERIOD_CAP, nonsense), "{nonsense}");
+            assert_eq!(tenant.max_grace_period_seconds, 3600, "{nonsense} changes nothing");
+        }
     }
 
     #[test]
@@ -454,6 +475,20 @@ mod tests {
                 error,
                 format!(
                     "subsets[0].addresses[1].ip: {ip:?} is {why}, which the management cluster's policy for tenants does not allow"
+                )
+            );
+        }
+        // IPv4-mapped IPv6 addresses are what they map to, and the refusal says so.
+        for (ip, reads, why) in [
+            ("::ffff:127.0.0.1", "127.0.0.1", "a loopback address"),
+            ("::ffff:169.254.169.254", "169.254.169.254", "a link-local address"),
+            ("::ffff:10.0.0.7", "10.0.0.7", "a node's address"),
+        ] {
+            let error = endpoints(&at(ip), &cx).unwrap_err();
+            assert_eq!(
+                error,
+                format!(
+                    "subsets[0].addresses[1].ip: {ip:?} ({reads}) is {why}, which the management cluster's policy for tenants does not allow"
                 )
             );
         }

@@ -135,7 +135,7 @@ async fn retry(syncer: &Arc<Syncer>, tenant: &Tenant, item: Item, error: &kube::
             let failures = {
                 let mut failures = syncer.failures.lock().expect("the failures lock");
                 let count = failures.entry((key.to_string(), item.clone())).or_insert(0);
-                *count += 1;
+                *count = count.saturating_add(1);
                 *count
             };
             let delay = std::time::Duration::from_secs(1u64 << failures.min(7).saturating_sub(1))
@@ -293,16 +293,20 @@ fn within_caps(
     let cap = tenant.policy.read().expect("the policy lock").cap(plural);
     let (mut objects, mut bytes) = (0usize, 0u64);
     for object in syncer.super_objects[kind].state() {
+        // Only what the syncer made for the tenant's objects counts (its control plane's pods and Services carry its
+        // label too, and are the platform's).
         if object.labels().get(TENANT_LABEL) != Some(&tenant.key)
+            || !object.annotations().contains_key(TENANT_NAME)
             || (object.metadata.name.as_deref() == Some(name)
                 && object.metadata.namespace.as_deref() == Some(namespace))
         {
             continue;
         }
         objects += 1;
-        bytes += object.data.get(crate::BODY).and_then(Value::as_str).map_or(0, str::len) as u64;
+        let size = object.data.get(crate::BODY).and_then(Value::as_str).map_or(0, str::len);
+        bytes = bytes.saturating_add(u64::try_from(size).unwrap_or(u64::MAX));
     }
-    let size = wanted.to_string().len() as u64;
+    let size = u64::try_from(wanted.to_string().len()).unwrap_or(u64::MAX);
     crate::policy::within(cap, plural, objects, bytes, size).map_err(|refusal| {
         syncer.metrics.capped(&tenant.key, plural);
         kube::Error::Api(kube::core::Status::failure(&refusal, "Forbidden").with_code(403).boxed())
@@ -310,42 +314,72 @@ fn within_caps(
 }
 
 /// What the tenant's policy ([`crate::policy`]) says of super object `wanted` of kind `kind`.
-fn admit(syncer: &Syncer, tenant: &Tenant, kind: &crate::kinds::Kind, wanted: &Value) -> Result<(), String> {
-    let policy = tenant.policy.read().expect("the policy lock").clone();
+fn admit(
+    syncer: &Syncer,
+    tenant: &Tenant,
+    kind: &crate::kinds::Kind,
+    policy: &crate::policy::Policy,
+    wanted: &Value,
+) -> Result<(), String> {
     let public_priority_classes = syncer
         .public_kinds
         .iter()
         .position(|(name, _)| *name == "priorityclasses")
         .map(|index| syncer.public[index].state().iter().map(|class| class.name_any()).collect())
         .unwrap_or_default();
+    // Gathered once per check, and only for a check that asks about an address.
+    let known = std::cell::OnceCell::new();
     let forbidden_address = |ip: std::net::IpAddr| -> Option<&'static str> {
-        let text = ip.to_string();
-        if syncer.api_addresses.read().expect("the addresses lock").contains(&ip) {
-            return Some("the management cluster's API server");
-        }
-        let node = syncer
-            .super_nodes
-            .state()
-            .iter()
-            .any(|node| node.status.iter().flat_map(|s| s.addresses.iter().flatten()).any(|a| a.address == text));
-        if node {
-            return Some("a node's address");
-        }
-        let pods = syncer.kinds.iter().position(|k| k.name == "pods");
-        let others = pods.is_some_and(|index| {
-            syncer.super_objects[index].state().iter().any(|pod| {
-                pod.labels().get(TENANT_LABEL) != Some(&tenant.key) && {
-                    // Cached compactly: the status is in the body.
-                    let status = &crate::full(pod)["status"];
-                    status["podIP"] == text.as_str()
-                        || status["podIPs"].as_array().into_iter().flatten().any(|p| p["ip"] == text.as_str())
-                }
-            })
-        });
-        others.then_some("another tenant's pod")
+        crate::addresses::refused(ip, &tenant.key, known.get_or_init(|| known_addresses(syncer)))
     };
-    let cx = crate::policy::Context { policy: &policy, public_priority_classes, forbidden_address: &forbidden_address };
+    let cx = crate::policy::Context { policy, public_priority_classes, forbidden_address: &forbidden_address };
     (kind.admit)(wanted, &cx)
+}
+
+/// What the syncer knows now of the management cluster's addresses ([`crate::addresses::Known`]): its API server's,
+/// its nodes' and their pod ranges, the ranges it was told of, and the addresses of the pods labelled with a tenant
+/// (those of finished pods aside: their addresses are free again). An address two tenants' pods claim is neither's.
+pub fn known_addresses(syncer: &Syncer) -> crate::addresses::Known {
+    use crate::addresses::canonical;
+    let mut known = crate::addresses::Known {
+        api_servers: syncer.api_addresses.read().expect("the addresses lock").clone(),
+        kubelet: Some(syncer.options.kubelet_address),
+        pod_ranges: syncer.options.pod_ranges.clone(),
+        service_ranges: syncer.options.service_ranges.clone(),
+        ..Default::default()
+    };
+    for node in syncer.super_nodes.state() {
+        let addresses = node.status.iter().flat_map(|s| s.addresses.iter().flatten());
+        known.nodes.extend(addresses.filter_map(|a| a.address.parse::<std::net::IpAddr>().ok()));
+        let spec = node.spec.as_ref();
+        let ranges =
+            spec.and_then(|s| s.pod_cidrs.as_ref()).into_iter().flatten().chain(spec.and_then(|s| s.pod_cidr.as_ref()));
+        for range in ranges.filter_map(|r| r.parse::<crate::addresses::Range>().ok()) {
+            if !known.pod_ranges.contains(&range) {
+                known.pod_ranges.push(range);
+            }
+        }
+    }
+    if let Some(pods) = syncer.kinds.iter().position(|k| k.name == "pods") {
+        for pod in syncer.super_objects[pods].state() {
+            let Some(owner) = pod.labels().get(TENANT_LABEL) else { continue };
+            // Kept beside the compacted body ([`crate::compact`]).
+            let status = &pod.data["status"];
+            if matches!(status["phase"].as_str(), Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            let listed = status["podIPs"].as_array().into_iter().flatten().filter_map(|p| p["ip"].as_str());
+            for ip in status["podIP"].as_str().into_iter().chain(listed) {
+                let Ok(ip) = ip.parse::<std::net::IpAddr>() else { continue };
+                let claimed = known.pods.entry(canonical(ip)).or_insert_with(|| owner.clone());
+                if claimed != owner {
+                    // No key is empty.
+                    claimed.clear();
+                }
+            }
+        }
+    }
+    known
 }
 
 /// The refusal to sync into super namespace `name`, which exists and is not the tenant's: a 403, which is told to
@@ -395,11 +429,14 @@ async fn reconcile_object(
             && s["metadata"]["annotations"][TENANT_NAME] == name
             && s["metadata"]["annotations"][TENANT_NAMESPACE] == namespace
     });
+    let policy = tenant.policy.read().expect("the policy lock").clone();
     let mapping = Mapping {
         key: &tenant.key,
         namespace,
         super_namespace: super_namespace.clone(),
         api_server: (&tenant.api_server.0, tenant.api_server.1),
+        transparent: &syncer.options.transparent_prefixes,
+        max_grace_period_seconds: policy.max_grace_period_seconds,
     };
     let wanted = tenant_value
         .as_ref()
@@ -419,8 +456,8 @@ async fn reconcile_object(
             && ours
             && existing["metadata"]["deletionTimestamp"].is_null()
         {
-            let grace = tenant_value.as_ref().and_then(|t| t["metadata"]["deletionGracePeriodSeconds"].as_u64());
-            let grace = grace.map(|g| u32::try_from(g).unwrap_or(u32::MAX));
+            // Held to the tenant's cap whether or not the tenant object is still there to say how long.
+            let grace = crate::kinds::delete_grace(tenant_value.as_ref(), existing, policy.max_grace_period_seconds);
             let params = DeleteParams { grace_period_seconds: grace, ..Default::default() };
             nest_client::done_unless_gone_or_changed(super_api.delete(super_name, &params).await)?;
             done.down += 1;
@@ -450,13 +487,22 @@ async fn reconcile_object(
         }
         return Ok(done);
     };
-    let tenant_value = tenant_value.expect("a wanted object has a tenant object");
+    // (A wanted object is made from a tenant object.)
+    let Some(tenant_value) = tenant_value else { return Ok(done) };
+    let uid = tenant_value["metadata"]["uid"].clone();
     // The platform admin's policy, beyond what the super cluster's admission refuses: a refusal is told to the tenant
-    // and not retried, and nothing of the object goes down.
-    if let Err(refusal) = admit(syncer, tenant, spec, &wanted) {
+    // and not retried, and nothing of the object goes down; for some kinds, what went down before goes too.
+    if let Err(refusal) = admit(syncer, tenant, spec, &policy, &wanted) {
+        if spec.on_refusal == crate::kinds::OnRefusal::Remove
+            && let Some(existing) = &super_value
+            && ours
+            && owned_by(existing, &uid)
+            && existing["metadata"]["deletionTimestamp"].is_null()
+        {
+            nest_client::done_unless_gone_or_changed(super_api.delete(super_name, &DeleteParams::default()).await)?;
+        }
         return Err(kube::Error::Api(kube::core::Status::failure(&refusal, "Forbidden").with_code(403).boxed()));
     }
-    let uid = tenant_value["metadata"]["uid"].clone();
 
     let Some(existing) = super_value else {
         within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted)?;
@@ -552,7 +598,7 @@ async fn reconcile_object(
             let request = http::Request::patch(format!("/api/v1/namespaces/{super_namespace}/pods/{name}"))
                 .header("content-type", "application/json-patch+json")
                 .body(serde_json::to_vec(&operations).map_err(kube::Error::SerdeError)?)
-                .expect("a request");
+                .map_err(kube::Error::HttpError)?;
             syncer.super_client.request::<Value>(request).await?;
             done.down += 1;
         }
@@ -606,7 +652,7 @@ async fn upward(
             let request = http_post(
                 &format!("/api/v1/namespaces/{namespace}/pods/{name}/binding"),
                 serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?,
-            );
+            )?;
             match tenant.client.request::<Value>(request).await {
                 Ok(_) => changes += 1,
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
@@ -661,6 +707,6 @@ async fn upward(
     Ok(changes)
 }
 
-fn http_post(path: &str, body: Vec<u8>) -> http::Request<Vec<u8>> {
-    http::Request::post(path).header("content-type", "application/json").body(body).expect("a request")
+fn http_post(path: &str, body: Vec<u8>) -> kube::Result<http::Request<Vec<u8>>> {
+    http::Request::post(path).header("content-type", "application/json").body(body).map_err(kube::Error::HttpError)
 }

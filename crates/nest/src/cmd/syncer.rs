@@ -61,10 +61,18 @@ pub struct Args {
     #[arg(long = "allow-priority-class", value_name = "NAME")]
     allow_priority_classes: Vec<String>,
     /// A cap on what each tenant keeps in the management cluster, `<plural>-objects=N` or `<plural>-bytes=SIZE`
-    /// (`configmaps-bytes=16Mi`; defaults: 10,000 objects of each kind, 64Mi of ConfigMaps and of Secrets);
-    /// repeatable. A tenant's Cluster annotation `tenancy.nest.dev/cap-<plural>-objects` (or `-bytes`) sets its own.
+    /// (`configmaps-bytes=16Mi`; defaults: 10,000 objects of each kind, 64Mi of ConfigMaps and of Secrets), or on
+    /// the longest grace period its pods get, `pods-grace-period-seconds=N` (default 3600); repeatable. A tenant's
+    /// Cluster annotation `tenancy.nest.dev/cap-<what>` (`cap-pods-objects`, …) sets its own.
     #[arg(long = "cap", value_name = "WHAT=VALUE", value_parser = parse_cap)]
     caps: Vec<(String, String)>,
+    /// A pod range of the management cluster besides its nodes' podCIDRs (which are read): tenants' Endpoints may
+    /// name only their own pods in it, and never its first address (a node bridge's); repeatable.
+    #[arg(long = "pod-cidr", value_name = "CIDR")]
+    pod_cidrs: Vec<nest_syncer::addresses::Range>,
+    /// The management cluster's Service range, which tenants' Endpoints may not name; repeatable.
+    #[arg(long = "service-cidr", value_name = "CIDR", default_value = nest_syncer::DEFAULT_SERVICE_RANGE)]
+    service_cidrs: Vec<nest_syncer::addresses::Range>,
 }
 
 fn parse_cap(text: &str) -> Result<(String, String), String> {
@@ -122,6 +130,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         pod_security: args.pod_security_level,
         policy: args.policy(),
+        pod_ranges: args.pod_cidrs.clone(),
+        service_ranges: args.service_cidrs.clone(),
         ..Default::default()
     };
     let (syncer, running) = nest_syncer::start(client, options);

@@ -224,6 +224,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         custom: args.sync_resources.clone(),
         pod_security: args.pod_security_level,
         kubelet_address: network.host_address().map_or(std::net::Ipv4Addr::LOCALHOST, |a| a).into(),
+        // What tenants' Endpoints may not name: the node's pod range but for their own pods, and the Services.
+        pod_ranges: vec![node.pod_cidr.parse().map_err(anyhow::Error::msg)?],
+        service_ranges: vec![SERVICE_CIDR.parse().map_err(anyhow::Error::msg)?],
         ..Default::default()
     };
     tokio::spawn(restarting("syncer", move || nest_syncer::run(syncer_client.clone(), syncing.clone())));
