@@ -7,6 +7,7 @@
 //! - [`quantity`]: resource quantities (`100m`, `1Gi`) as numbers;
 //! - [`patch`]: JSON Patch (RFC 6902) and JSON merge patch (RFC 7386), as kube-apiserver applies them;
 //! - [`pod_security`]: the lists the Pod Security Standards fix (baseline's capabilities);
+//! - [`tenancy`]: a tenant's cluster key, and the label that carries it in the management cluster;
 //! - [`json::covers`]: whether one JSON document sets every field of another (what drift means to a controller);
 //!   [`json::is_zero`]: whether a value is what Go leaves out as empty.
 
@@ -20,3 +21,4 @@ pub mod json;
 pub mod patch;
 pub mod pod_security;
 pub mod quantity;
+pub mod tenancy;

@@ -16,6 +16,7 @@ pub mod addresses;
 pub mod allowlist;
 pub mod events;
 pub mod expand;
+pub mod firewall;
 pub mod images;
 pub mod kubelet;
 pub mod network;
@@ -103,6 +104,9 @@ pub struct Options {
     /// The kubelet API's certificates and port (0: any free port); without them the node serves no API, and
     /// `kubectl logs` cannot reach it.
     pub kubelet: Option<(kubelet::Tls, u16)>,
+    /// What every pod may reach on this host through the network wall (see [`firewall`]): the platform's shared
+    /// services, such as the syncer's kubelet endpoints.
+    pub shared: Vec<firewall::Shared>,
 }
 
 impl Options {
@@ -137,6 +141,7 @@ impl Options {
             address,
             start_delay: Duration::from_millis(200),
             lease_every: Duration::from_secs(10),
+            shared: Vec::new(),
             mode,
             kubelet: None,
         }
@@ -164,12 +169,29 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let pool = addresses::Pool::new(&options.pod_cidr)?;
     let recorder = events::Recorder::new(client.clone(), "kubelet", Some(&options.name));
+    let mut walls = None;
     let runtime = match options.mode {
         Mode::Simulated => None,
         Mode::Process | Mode::Both => {
             let network = network::Network::for_range(&options.name, &options.pod_cidr)?;
-            network.prepare()?;
+            network.prepare(&options.shared).await?;
+            if let network::Network::Bridged(bridge) = &network {
+                walls = Some(bridge.firewall.clone());
+            }
             Some(Arc::new(process::Runtime::new(client.clone(), recorder.clone(), options.process.clone(), network)?))
+        }
+    };
+    // The wall follows every pod and Service of the cluster: whose each address is.
+    let wall = async {
+        match &walls {
+            Some(firewall) => {
+                let (client, firewall) = (client.clone(), firewall.clone());
+                nest_client::supervise::restarting("network wall", move || {
+                    firewall::follow(client.clone(), firewall.clone())
+                })
+                .await
+            }
+            None => std::future::pending().await,
         }
     };
     let kubelet = match &options.kubelet {
@@ -223,10 +245,14 @@ pub async fn run(
         result = kubelet => result,
         result = heartbeat(&client, &options, kubelet_port) => result,
         () = sweeping => Ok(()),
+        () = wall => Err(anyhow::anyhow!("the network wall's watches of node {} ended", options.name)),
         () = shutdown => Ok(()),
     };
     if let Some(runtime) = runtime {
         runtime.stop_all(SHUTDOWN_GRACE).await;
+    }
+    if let Some(firewall) = walls {
+        firewall.uninstall().await;
     }
     result
 }

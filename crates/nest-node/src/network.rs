@@ -61,6 +61,8 @@ pub enum Network {
 pub struct Bridge {
     /// The bridge's interface name (at most 15 characters).
     pub name: String,
+    /// The wall between tenants on this bridge.
+    pub firewall: std::sync::Arc<crate::firewall::Firewall>,
     /// The bridge's address: pods' gateway, and the host as pods see it.
     pub gateway: Ipv4Addr,
     /// The pod range's prefix length.
@@ -87,7 +89,9 @@ impl Network {
         let mask = u32::MAX << (32 - u32::from(prefix));
         let gateway = Ipv4Addr::from((u32::from(address) & mask) + 1);
         let hash = hex::encode(sha2::Sha256::digest(node.as_bytes()));
-        Ok(Network::Bridged(Bridge { name: format!("nest-{}", &hash[..8]), gateway, prefix, plugins: plugin_dir() }))
+        let name = format!("nest-{}", &hash[..8]);
+        let firewall = std::sync::Arc::new(crate::firewall::Firewall::new(&name));
+        Ok(Network::Bridged(Bridge { name, firewall, gateway, prefix, plugins: plugin_dir() }))
     }
 
     /// The address pods reach this machine at, when they have their own network namespaces.
@@ -98,10 +102,11 @@ impl Network {
         }
     }
 
-    /// Makes sure what pods will need is here: the plugins, and the bridge with its address (which the plugins would
-    /// otherwise make at the first pod, too late for what listens on it); and that no pod namespace is left on the
-    /// bridge. Called when the node starts, before any pod. Says how to install what is missing.
-    pub fn prepare(&self) -> Result<(), NetworkError> {
+    /// Makes sure what pods will need is here: the plugins, the bridge with its address (which the plugins would
+    /// otherwise make at the first pod, too late for what listens on it), and the wall between tenants on it, which
+    /// lets every pod reach `shared`; and that no pod namespace is left on the bridge. Called when the node starts,
+    /// before any pod. Says how to install what is missing.
+    pub async fn prepare(&self, shared: &[crate::firewall::Shared]) -> Result<(), NetworkError> {
         let Network::Bridged(bridge) = self else { return Ok(()) };
         if let Some(missing) = missing_plugin_in(&bridge.plugins) {
             return Err(NetworkError(format!(
@@ -119,6 +124,8 @@ impl Network {
         }
         ip(&["addr", "replace", &address, "dev", &bridge.name])?;
         ip(&["link", "set", &bridge.name, "up"])?;
+        // The wall before any pod: what an earlier run left is replaced.
+        bridge.firewall.install(shared).await.map_err(|e| NetworkError(e.to_string()))?;
         // Pods' namespaces left on the bridge by an earlier run that did not stop cleanly: nothing runs in them any
         // more (the node kills what an earlier run left before it starts pods, each in a new namespace), and their
         // addresses would be taken twice.
@@ -145,7 +152,14 @@ impl Network {
     /// Makes pod `uid`'s network namespace with `address` on the bridge (afresh, should one be left from before);
     /// returns its path, or `None` for a shared network. The plugins' configuration is kept in `pod_dir`, for
     /// [`Network::remove`].
-    pub async fn add(&self, uid: &str, address: Ipv4Addr, pod_dir: &Path) -> Result<Option<PathBuf>, NetworkError> {
+    pub async fn add(
+        &self,
+        uid: &str,
+        address: Ipv4Addr,
+        zone: &crate::firewall::Zone,
+        egress_off: bool,
+        pod_dir: &Path,
+    ) -> Result<Option<PathBuf>, NetworkError> {
         let Network::Bridged(bridge) = self else { return Ok(None) };
         self.remove(uid, pod_dir).await;
         let name = namespace_name(uid)?;
@@ -170,6 +184,13 @@ impl Network {
                 }
             }
         }
+        // Into its zone before anything runs in it, by the veth the bridge plugin made (its result's interface
+        // outside the namespace, other than the bridge).
+        let port = previous.as_ref().and_then(|result| host_side(result, &bridge.name));
+        if let Err(error) = bridge.firewall.admit(address, zone, egress_off, port.as_deref()).await {
+            self.remove(uid, pod_dir).await;
+            return Err(NetworkError(error.to_string()));
+        }
         Ok(Some(netns))
     }
 
@@ -186,6 +207,11 @@ impl Network {
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default();
+        if let Some(address) = address_in(&chain)
+            && let Err(error) = bridge.firewall.forget(address).await
+        {
+            tracing::warn!(pod = uid, %error, "taking a pod out of the network wall");
+        }
         for (interface, config) in chain.iter().rev() {
             if let Err(error) = bridge.run("DEL", uid, &netns, interface, config).await {
                 tracing::warn!(pod = uid, %error, "tearing down a pod's network");
@@ -274,6 +300,23 @@ fn namespace_name(uid: &str) -> Result<String, NetworkError> {
         return Err(NetworkError(format!("{uid:?} is no pod UID")));
     }
     Ok(format!("nest-{uid}"))
+}
+
+/// The host side of a pod's veth, from the bridge plugin's result: the interface outside the pod's namespace that is
+/// not the bridge.
+fn host_side(result: &Value, bridge: &str) -> Option<String> {
+    result["interfaces"].as_array()?.iter().find_map(|interface| {
+        let name = interface["name"].as_str()?;
+        (interface.get("sandbox").is_none_or(Value::is_null) && name != bridge).then(|| name.to_string())
+    })
+}
+
+/// The pod's address in the plugins' configuration it was set up with.
+fn address_in(chain: &[(String, Value)]) -> Option<Ipv4Addr> {
+    chain.iter().find_map(|(_, config)| {
+        let text = config["ipam"]["addresses"][0]["address"].as_str()?;
+        text.split('/').next()?.parse().ok()
+    })
 }
 
 /// Runs `ip ARGS` (iproute2).

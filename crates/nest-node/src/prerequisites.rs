@@ -1,5 +1,5 @@
 //! What a node that really runs pods needs from its machine, each tried by what the node does with it: the OCI
-//! runtime answers, the CNI plugins a bridged node runs are there, `ip` (iproute2) answers. The node itself fails
+//! runtime answers, the CNI plugins a bridged node runs are there, `ip` (iproute2) and `nft` (nftables) answer. The node itself fails
 //! with one of these lines when something is missing ([`process::sandbox::Sandboxes::new`],
 //! [`network::Network::prepare`]); `nest up` asks first, so that it can install what is missing before it starts.
 //!
@@ -50,6 +50,12 @@ pub fn missing(oci_runtime: &Path, bridged: bool) -> Vec<Missing> {
         }
         if !answers(Path::new("ip"), &["-V"]) {
             missing.push(Missing { what: "ip (iproute2)".into(), packages: &["iproute2"] });
+        }
+        // The wall between tenants is loaded with nft; `nft list tables` asks the kernel, so it also shows that
+        // nftables works here.
+        if !answers(Path::new("nft"), &["list", "tables"]) {
+            missing
+                .push(Missing { what: "nft (nftables), for the wall between tenants".into(), packages: &["nftables"] });
         }
     }
     missing

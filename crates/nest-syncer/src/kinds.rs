@@ -21,6 +21,9 @@ pub struct Mapping<'a> {
     pub transparent: &'a [String],
     /// The longest termination grace period a pod gets in the super cluster ([`policy::Policy`]).
     pub max_grace_period_seconds: u32,
+    /// Whether the tenant's pods may not reach beyond the machine: their super pods are labelled so, and the node's
+    /// network wall holds them in ([`nest_node::firewall::EGRESS_LABEL`]).
+    pub egress_off: bool,
 }
 
 /// One synced kind.
@@ -167,6 +170,9 @@ pub fn built_in() -> Vec<Kind> {
             down: |o, m| {
                 let mut pod = with(o, m, &[]);
                 pod["spec"] = pod_spec(&o["spec"], m, o["metadata"]["name"].as_str().unwrap_or_default());
+                if m.egress_off {
+                    pod["metadata"]["labels"][nest_node::firewall::EGRESS_LABEL] = json!("deny");
+                }
                 Some(pod)
             },
             content: &[],
@@ -501,6 +507,7 @@ mod tests {
             api_server: ("10.0.0.9", 6443),
             transparent: TRANSPARENT,
             max_grace_period_seconds: 3600,
+            egress_off: false,
         }
     }
 
@@ -541,6 +548,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_tenant_kept_in_has_its_pods_labelled_for_the_wall_and_no_tenant_labels_itself_out() {
+        let spec = json!({"containers": [{"name": "c", "image": "i"}]});
+        let kept_in = pod_down(spec.clone(), &Mapping { egress_off: true, ..mapping() });
+        assert_eq!(kept_in["metadata"]["labels"]["tenancy.nest.dev/egress"], "deny");
+        assert!(pod_down(spec, &mapping())["metadata"]["labels"].get("tenancy.nest.dev/egress").is_none());
+        // A tenant's own label of the name never goes down (nest's metadata is not copied).
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "uid": "u", "labels": {"tenancy.nest.dev/egress": "allow"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let kinds = built_in();
+        let pods = kinds.iter().find(|k| k.name == "pods").unwrap();
+        let down = (pods.down)(&pod, &Mapping { egress_off: true, ..mapping() }).unwrap();
+        assert_eq!(down["metadata"]["labels"]["tenancy.nest.dev/egress"], "deny");
     }
 
     #[test]

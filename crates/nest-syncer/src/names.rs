@@ -6,7 +6,7 @@
 //! whole, so two tenants never collide. Every super object carries the labels and annotations below.
 
 /// Label on every super object: the tenant's cluster key.
-pub const TENANT_LABEL: &str = "tenancy.nest.dev/cluster";
+pub use nest_core::tenancy::TENANT_LABEL;
 /// Annotation: the tenant namespace the object came from.
 pub const TENANT_NAMESPACE: &str = "tenancy.nest.dev/namespace";
 /// Annotation: the tenant object's name.
@@ -41,67 +41,9 @@ pub const ROOT_CA: &str = "kube-root-ca.crt";
 /// The super name of a tenant's [`ROOT_CA`]; a tenant ConfigMap of this name is not synced.
 pub const SUPER_ROOT_CA: &str = "nest-kube-root-ca.crt";
 
-/// The longest DNS label.
-const LABEL_MAX: usize = 63;
-
-/// FNV-1a, 64 bits: stable across builds and machines (for the cluster key's UID part, which no tenant chooses).
-pub fn hash(text: &str) -> u64 {
-    text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
-}
-
-/// `hash` in base 36, `len` characters.
-pub fn short_hash(text: &str, len: usize) -> String {
-    let mut n = hash(text);
-    let mut out = String::new();
-    for _ in 0..len {
-        let digit = (n % 36) as u32;
-        out.push(char::from_digit(digit, 36).expect("a base-36 digit"));
-        n /= 36;
-    }
-    out
-}
-
-/// SHA-256 of `text` in base 36, `len` characters (at most 49): what ends a name too long for a label. Collision
-/// resistant, so that no tenant can choose a name that lands in another tenant's namespace (16 characters are 82
-/// bits).
-pub fn digest(text: &str, len: usize) -> String {
-    let sum = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-    let (mut high, mut low) = {
-        let bytes = sum.as_ref();
-        (
-            u128::from_be_bytes(bytes[..16].try_into().expect("16 bytes")),
-            u128::from_be_bytes(bytes[16..].try_into().expect("16 bytes")),
-        )
-    };
-    let mut out = String::new();
-    for i in 0..len {
-        // 24 digits from each half: each has 124 bits, more than 24 base-36 digits need.
-        let n = if i < 24 { &mut high } else { &mut low };
-        out.push(char::from_digit((*n % 36) as u32, 36).expect("a base-36 digit"));
-        *n /= 36;
-    }
-    out
-}
-
-/// `name` as a DNS label: itself when short enough, else cut and ended with a digest of the whole.
-pub fn label_safe(name: &str) -> String {
-    if name.len() <= LABEL_MAX {
-        return name.to_string();
-    }
-    let suffix = digest(name, 16);
-    // Cut on a character boundary (names here are DNS labels, but a cut must never be what panics).
-    let mut cut = LABEL_MAX - suffix.len() - 1;
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let keep = name[..cut].trim_end_matches('-');
-    format!("{keep}-{suffix}")
-}
-
-/// The key of the tenant Cluster `namespace/name` with UID `uid`.
-pub fn cluster_key(namespace: &str, name: &str, uid: &str) -> String {
-    label_safe(&format!("{namespace}-{}-{name}", short_hash(uid, 5)))
-}
+// The cluster key and the hashes it is made of are shared with the provider and the node, which label and wall
+// a tenant's control plane by the same key.
+pub use nest_core::tenancy::{cluster_key, digest, hash, label_safe, short_hash};
 
 /// The super namespace of tenant namespace `namespace`.
 pub fn super_namespace(key: &str, namespace: &str) -> String {

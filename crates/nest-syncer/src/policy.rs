@@ -40,6 +40,9 @@ pub struct Policy {
     /// The longest termination grace period (seconds) a tenant's pod gets in the management cluster: its spec's, and
     /// the one the syncer deletes it with, are held to it ([`crate::kinds`]).
     pub max_grace_period_seconds: u32,
+    /// Whether the tenant's pods are kept from reaching beyond the machine (the Cluster's
+    /// `tenancy.nest.dev/egress: deny`); the node's network wall enforces it.
+    pub egress_off: bool,
 }
 
 /// How much of one kind a tenant may keep in the management cluster: objects, and bytes of their JSON.
@@ -94,12 +97,15 @@ impl Default for Policy {
                 .map(|kind| (kind.to_string(), Cap { objects: None, bytes: Some(DEFAULT_CONFIG_BYTES) }))
                 .collect(),
             max_grace_period_seconds: DEFAULT_MAX_GRACE_PERIOD_SECONDS,
+            egress_off: false,
         }
     }
 }
 
 /// The annotation on a tenant's Cluster (or NestedControlPlane) adding to list `what` for that tenant.
 pub const ALLOW_PREFIX: &str = "tenancy.nest.dev/allow-";
+/// A Cluster's annotation that keeps its tenant's pods from reaching beyond the machine (`deny`).
+pub const EGRESS_ANNOTATION: &str = "tenancy.nest.dev/egress";
 /// The annotations setting a tenant's caps: `tenancy.nest.dev/cap-<plural>-objects: 100`, `…-bytes: 1Mi`, and
 /// `tenancy.nest.dev/cap-pods-grace-period-seconds: 600`.
 pub const CAP_PREFIX: &str = "tenancy.nest.dev/cap-";
@@ -111,6 +117,10 @@ impl Policy {
     pub fn with_annotations<'a>(&self, annotations: impl IntoIterator<Item = (&'a String, &'a String)>) -> Policy {
         let mut policy = self.clone();
         for (key, value) in annotations {
+            if key == EGRESS_ANNOTATION {
+                policy.egress_off = value.trim() == "deny";
+                continue;
+            }
             if let Some(cap) = key.strip_prefix(CAP_PREFIX) {
                 policy.set_cap(cap, value);
                 continue;
@@ -354,6 +364,15 @@ mod tests {
             forbidden_address: &nothing,
         };
         pod(&spec, &cx)
+    }
+
+    #[test]
+    fn a_clusters_egress_annotation_turns_its_tenants_egress_off() {
+        let deny = [("tenancy.nest.dev/egress".to_string(), "deny".to_string())];
+        assert!(Policy::default().with_annotations(deny.iter().map(|(k, v)| (k, v))).egress_off);
+        let allow = [("tenancy.nest.dev/egress".to_string(), "allow".to_string())];
+        assert!(!Policy::default().with_annotations(allow.iter().map(|(k, v)| (k, v))).egress_off);
+        assert!(!Policy::default().egress_off);
     }
 
     #[test]

@@ -437,6 +437,7 @@ async fn reconcile_object(
         api_server: (&tenant.api_server.0, tenant.api_server.1),
         transparent: &syncer.options.transparent_prefixes,
         max_grace_period_seconds: policy.max_grace_period_seconds,
+        egress_off: policy.egress_off,
     };
     let wanted = tenant_value
         .as_ref()

@@ -137,7 +137,7 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
     if K::COMPONENT == Component::ApiServer && spec.replicas.unwrap_or(1) > render::replicas(K::COMPONENT, &inputs) {
         refusals.push("without an etcd the API server keeps its data itself, so it runs one replica".into());
     }
-    let rendered = match render::render(&context.packages, K::COMPONENT, &inputs) {
+    let mut rendered = match render::render(&context.packages, K::COMPONENT, &inputs) {
         Ok(rendered) => rendered,
         Err(error) => {
             let status = report("Failed", "RenderFailed", error.to_string());
@@ -145,6 +145,13 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
+
+    // Every object, and every pod, carries the tenant's key: the node's network wall puts the control plane in its
+    // tenant's zone by it.
+    let tenant = tenant_key(&names, cluster.as_ref());
+    for object in &mut rendered.objects {
+        label_tenant(object, &tenant);
+    }
 
     // Services first: the rest may wait for their addresses.
     for object in rendered.objects.iter().filter(|o| o["kind"] == "Service") {
@@ -363,5 +370,25 @@ fn component_status(
         conditions: Some(keep_transitions(previous.and_then(|p| p.conditions.as_ref()), conditions)),
         observed_generation: generation,
         ..Default::default()
+    }
+}
+
+/// The tenant key of the cluster `names` name: its Cluster's key, as the syncer computes it
+/// ([`nest_core::tenancy::cluster_key`]); without a Cluster (a control plane the syncer does not serve) a key of its
+/// own, which no Cluster's can be (a Cluster's starts with its namespace, never with `x.`), so that such a control
+/// plane is still walled off from every tenant and from the platform's pods.
+fn tenant_key(names: &render::Names, cluster: Option<&Cluster>) -> String {
+    match cluster.and_then(|c| c.metadata.uid.clone()) {
+        Some(uid) => nest_core::tenancy::cluster_key(&names.namespace, &names.cluster, &uid),
+        None => nest_core::tenancy::label_safe(&format!("x.{}.{}", names.namespace, names.cluster)),
+    }
+}
+
+/// Puts the tenant label on `object`, and on the pods a workload of it makes.
+fn label_tenant(object: &mut Value, key: &str) {
+    use nest_core::tenancy::TENANT_LABEL;
+    object["metadata"]["labels"][TENANT_LABEL] = json!(key);
+    if object["spec"]["template"].is_object() {
+        object["spec"]["template"]["metadata"]["labels"][TENANT_LABEL] = json!(key);
     }
 }

@@ -420,8 +420,16 @@ impl Runtime {
         }
         let address =
             facts.pod_ip.parse().map_err(|_| PrepareError::Network(format!("no address: {:?}", facts.pod_ip)))?;
-        let netns =
-            self.network.add(&uid, address, &pod_dir).await.map_err(|e| PrepareError::Network(e.to_string()))?;
+        // The pod's zone in the network wall: its tenant's (the label only the syncer and the provider write), or
+        // the platform's.
+        let labels = pod.labels();
+        let zone = crate::firewall::Zone::of(labels);
+        let egress_off = labels.get(crate::firewall::EGRESS_LABEL).is_some_and(|v| v == "deny");
+        let netns = self
+            .network
+            .add(&uid, address, &zone, egress_off, &pod_dir)
+            .await
+            .map_err(|e| PrepareError::Network(e.to_string()))?;
         for (container, launch) in containers.iter().zip(&mut launches) {
             match self.sandboxes.prepare(pod, container, launch, facts.pod_ip, netns.as_deref(), base) {
                 Ok(sandboxed) => launch.sandbox = Some(Arc::new(sandboxed)),

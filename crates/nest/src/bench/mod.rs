@@ -9,6 +9,7 @@ mod stats;
 mod store;
 mod sync;
 mod tenants;
+mod wall;
 
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ pub enum Bench {
     Tenants(tenants::Args),
     /// The syncer: pods created in many tenants at once, to the super cluster and Running; memory; resync.
     Sync(sync::Args),
+    /// The network wall between tenants: a new connection's time with and without it (needs root).
+    Wall(wall::Args),
 }
 
 pub async fn run(which: Bench) -> anyhow::Result<()> {
@@ -38,6 +41,7 @@ pub async fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Idle(args) => idle::run(args).await,
         Bench::Tenants(args) => tenants::run(args).await,
         Bench::Sync(args) => sync::run(args).await,
+        Bench::Wall(args) => wall::run(args).await,
     }
 }
 

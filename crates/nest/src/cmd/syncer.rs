@@ -22,6 +22,10 @@ pub struct Args {
     /// The address tenants' API servers reach this syncer at, for `kubectl logs` through their virtual nodes.
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     kubelet_address: std::net::IpAddr,
+    /// The ports the tenants' kubelet endpoints take, one each (the node's network wall lets tenants' pods reach
+    /// them).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "10300-10999", value_parser = parse_ports)]
+    kubelet_ports: std::ops::RangeInclusive<u16>,
     /// A custom resource kind to sync as well, `GROUP/VERSION/KIND` (spec down, status up); repeatable. Its CRD must
     /// exist in the super cluster; labelled `tenancy.nest.dev/public=true` there, it is copied into every tenant.
     #[arg(long = "sync-resource", value_name = "GROUP/VERSION/KIND", value_parser = parse_gvk)]
@@ -121,6 +125,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let options = nest_syncer::Options {
         patrol: Duration::from_secs(args.patrol_seconds.max(1)),
         kubelet_address: args.kubelet_address,
+        kubelet_ports: args.kubelet_ports.clone(),
         custom: args.sync_resources.clone(),
         service_external_ips: args.service_external_ips,
         transparent_prefixes: if args.transparent_prefixes.is_empty() {
@@ -179,4 +184,15 @@ pub async fn serve_metrics(listener: tokio::net::TcpListener, syncer: Arc<nest_s
             let _ = connection.write_all(response.as_bytes()).await;
         });
     }
+}
+
+/// `FIRST-LAST`, a range of ports.
+fn parse_ports(text: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
+    let bad = || format!("{text:?} is not a range of ports such as 10300-10999");
+    let (first, last) = text.split_once('-').ok_or_else(bad)?;
+    let (first, last): (u16, u16) = (first.parse().map_err(|_| bad())?, last.parse().map_err(|_| bad())?);
+    if first == 0 || first > last {
+        return Err(bad());
+    }
+    Ok(first..=last)
 }

@@ -209,7 +209,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // The node's bridge, before anything listens on its address: the syncer's kubelet endpoints, which tenants'
     // API servers (pods) reach there.
     let network = nest_node::network::Network::for_range(&node.name, &node.pod_cidr)?;
-    network.prepare()?;
+    // What every pod may reach on this host through the wall between tenants: the syncer's kubelet endpoints there.
+    node.shared = network
+        .host_address()
+        .map(|gateway| nest_node::firewall::Shared {
+            address: gateway,
+            protocol: nest_node::firewall::Protocol::Tcp,
+            ports: nest_syncer::KUBELET_PORTS,
+        })
+        .into_iter()
+        .collect();
+    network.prepare(&node.shared).await?;
     tokio::spawn(restarting("manager", move || {
         let client = manager_client.clone();
         async move {

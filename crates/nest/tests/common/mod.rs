@@ -91,8 +91,12 @@ impl Server {
             assert!(stderr.read_line(&mut line).unwrap() > 0, "nest apiserver exited before it was ready");
             assert!(Instant::now() < deadline, "nest apiserver did not become ready");
         }
-        // Keep draining its log so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in stderr.lines() {});
+        // Keep draining its log so it never blocks on a full pipe; a panic in it is kept for scripts/check.
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                keep_if_panic("nest apiserver", &line);
+            }
+        });
         let kubeconfig = data.path().join("admin.kubeconfig");
         Server { child, _data: data, kubeconfig, cache: tempfile::tempdir().unwrap() }
     }
@@ -270,6 +274,7 @@ impl Component {
         let (stderr, sink) = (child.stderr.take().unwrap(), log.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                keep_if_panic("a nest component", &line);
                 let mut log = sink.lock().unwrap();
                 log.push_str(&line);
                 log.push('\n');
@@ -307,6 +312,22 @@ impl Component {
 impl Drop for Component {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Appends `line` of `whose` log to `$NEST_TEST_LOGS/panics.log` when it tells of a panic: `scripts/check` fails a run
+/// in which any process the tests started panicked, whether or not a test noticed (issue 33).
+pub fn keep_if_panic(whose: &str, line: &str) {
+    if !line.contains("panicked") {
+        return;
+    }
+    if let Some(dir) = std::env::var_os("NEST_TEST_LOGS") {
+        let _ = std::fs::create_dir_all(&dir);
+        let file =
+            std::fs::OpenOptions::new().create(true).append(true).open(std::path::Path::new(&dir).join("panics.log"));
+        if let Ok(mut file) = file {
+            let _ = writeln!(file, "{whose}: {line}");
+        }
     }
 }
 

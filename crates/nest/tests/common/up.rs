@@ -7,8 +7,23 @@ use std::process::{Child, Command, Stdio};
 
 use super::KUBECTL;
 
-/// A running `nest up`, killed if the test fails before stopping it.
-pub struct Up(Option<Child>);
+/// A running `nest up`, killed if the test fails before stopping it. It holds [`MACHINE_LOCK`] while it lives.
+pub struct Up(Option<Child>, #[allow(dead_code)] std::fs::File, std::path::PathBuf);
+
+/// `nest up`'s node has fixed addresses (its bridge and pod range), so no two may run on one machine at once: every
+/// test that starts one holds an exclusive lock on this file first, whichever test binary, clone or `cargo test` it
+/// is part of.
+pub const MACHINE_LOCK: &str = "/tmp/nest-up-tests.lock";
+
+/// Waits for [`MACHINE_LOCK`]; it is released when the returned file is dropped (or the process ends).
+fn machine_lock() -> std::fs::File {
+    use std::os::fd::AsRawFd as _;
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(MACHINE_LOCK).unwrap();
+    // SAFETY: flock on a descriptor this function owns; it blocks until the lock is ours.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "locking {MACHINE_LOCK}: {}", std::io::Error::last_os_error());
+    file
+}
 
 impl Drop for Up {
     fn drop(&mut self) {
@@ -16,6 +31,8 @@ impl Drop for Up {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // Whatever the test asserted, a panic in nest up's log or its pods' is kept for scripts/check.
+        let _ = panics_in(&self.2);
     }
 }
 
@@ -24,15 +41,18 @@ pub fn up(data: &Path) -> (Up, String) {
     up_with(data, &[])
 }
 
-/// [`up`] with more arguments.
+/// [`up`] with more arguments. What it logs is kept in `data/nest-up.log` (see [`panics_in`]).
 pub fn up_with(data: &Path, args: &[&str]) -> (Up, String) {
+    let lock = machine_lock();
+    std::fs::create_dir_all(data).unwrap();
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(data.join(LOG)).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_nest"))
         .args(["up", "--listen", "127.0.0.1:0"])
         .args(args)
         .arg("--data-dir")
         .arg(data)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("start nest up");
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
@@ -41,7 +61,40 @@ pub fn up_with(data: &Path, args: &[&str]) -> (Up, String) {
         assert!(stdout.read_line(&mut printed).unwrap() > 0, "nest up exited early: {printed}");
     }
     std::thread::spawn(move || for _ in stdout.lines() {});
-    (Up(Some(child)), printed)
+    (Up(Some(child), lock, data.to_path_buf()), printed)
+}
+
+/// Where [`up_with`] keeps what `nest up` logs, in its data directory.
+pub const LOG: &str = "nest-up.log";
+
+/// Every line of every log under `dir` (nest up's, and those of the containers its node ran) that tells of a panic:
+/// none may (issue 33). A run that finds one copies the file into `$NEST_TEST_LOGS`, when set, for `scripts/check`
+/// to show.
+pub fn panics_in(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_dir() {
+                pending.push(path);
+            } else if kind.is_file() && path.extension().is_some_and(|e| e == "log") {
+                let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()).into_owned();
+                let lines: Vec<String> = text.lines().filter(|l| l.contains("panicked")).map(str::to_string).collect();
+                if !lines.is_empty() {
+                    if let Some(keep) = std::env::var_os("NEST_TEST_LOGS") {
+                        let name = path.to_string_lossy().replace('/', "_");
+                        let _ = std::fs::create_dir_all(&keep);
+                        let _ = std::fs::copy(&path, Path::new(&keep).join(name));
+                    }
+                    found.extend(lines.into_iter().map(|l| format!("{}: {l}", path.display())));
+                }
+            }
+        }
+    }
+    found
 }
 
 /// Stops `nest up` with SIGTERM and waits for it.

@@ -1,0 +1,120 @@
+//! The platform every case attacks: `nest up` with its demo tenant and a second tenant, acme.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::common::eventually;
+use crate::common::up::{self, Up};
+
+/// `nest up` with two Ready tenants, and kubectl for the platform admin and each tenant admin.
+pub struct Platform {
+    up: Option<Up>,
+    pub data: tempfile::TempDir,
+    pub cache: tempfile::TempDir,
+    pub admin: PathBuf,
+    pub demo: PathBuf,
+    pub acme: PathBuf,
+}
+
+/// Whose kubectl.
+#[derive(Clone, Copy, Debug)]
+pub enum Who {
+    Admin,
+    Demo,
+    Acme,
+}
+
+impl Platform {
+    /// Starts `nest up` (with `args`), waits for demo, and creates acme as a platform admin would.
+    pub fn start(args: &[&str]) -> Platform {
+        let (data, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (child, _) = up::up_with(data.path(), args);
+        let admin = data.path().join("admin.kubeconfig");
+        let demo = up::demo_tenant(data.path(), cache.path());
+        nest(&admin, &["cluster", "create", "acme", "--wait", "--timeout", "120s"]);
+        let acme = cache.path().join("acme.kubeconfig");
+        std::fs::write(&acme, nest(&admin, &["cluster", "kubeconfig", "acme"])).unwrap();
+        // One nest up at a time on the machine: `up_with` holds the machine's lock until it is stopped.
+        Platform { up: Some(child), data, cache, admin, demo, acme }
+    }
+
+    fn kubeconfig(&self, who: Who) -> &Path {
+        match who {
+            Who::Admin => &self.admin,
+            Who::Demo => &self.demo,
+            Who::Acme => &self.acme,
+        }
+    }
+
+    /// kubectl as `who`.
+    pub fn kubectl(&self, who: Who, args: &[&str]) -> Output {
+        up::kubectl(self.kubeconfig(who), self.cache.path(), args)
+    }
+
+    /// kubectl as `who`, which must succeed; its standard output.
+    pub fn ok(&self, who: Who, args: &[&str]) -> String {
+        let out = self.kubectl(who, args);
+        assert!(out.status.success(), "{who:?}: kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// kubectl as `who` with `-o json`, parsed.
+    pub fn json(&self, who: Who, args: &[&str]) -> Value {
+        serde_json::from_str(&self.ok(who, &[args, &["-o", "json"]].concat())).unwrap()
+    }
+
+    /// kubectl as `who` reading `manifest` from standard input (`create -f -`, `apply -f -`).
+    pub fn with_input(&self, who: Who, args: &[&str], manifest: &str) -> Output {
+        use std::io::Write as _;
+        let mut child = Command::new(crate::common::KUBECTL)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig(who))
+            .env("KUBECACHEDIR", self.cache.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(manifest.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Whether every part of the platform still serves: the management API server, both tenants' API servers and
+    /// control planes (Ready), and the node (Ready, its pods reported).
+    pub fn assert_serving(&self) {
+        for who in [Who::Admin, Who::Demo, Who::Acme] {
+            eventually(60, &format!("{who:?}'s API server answering"), || {
+                self.kubectl(who, &["get", "--raw", "/readyz"]).status.success()
+            });
+        }
+        for plane in ["demo", "acme"] {
+            eventually(60, &format!("{plane}'s control plane Ready"), || {
+                let args = ["wait", &format!("nestedcontrolplane/{plane}"), "--for=condition=Ready", "--timeout=5s"];
+                self.kubectl(Who::Admin, &args).status.success()
+            });
+        }
+        eventually(60, "the node Ready", || {
+            let node = self.json(Who::Admin, &["get", "node", "nest-node-0"]);
+            let conditions = node["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+    }
+
+    /// Stops nest up and asserts that nothing in its logs, or its pods', tells of a panic.
+    pub fn finish(mut self) {
+        if let Some(up) = self.up.take() {
+            up::stop(up);
+        }
+        let panics = up::panics_in(self.data.path());
+        assert!(panics.is_empty(), "panics in the logs:\n{}", panics.join("\n"));
+    }
+}
+
+/// `nest ARGS` as the platform admin; its standard output.
+pub fn nest(admin: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_nest")).args(args).env("KUBECONFIG", admin).output().unwrap();
+    assert!(out.status.success(), "nest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
