@@ -5,8 +5,8 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::api::{
     CLUSTER_NAME_LABEL, CONTROL_PLANE_GROUP, Cluster, ClusterSpec, ComponentOverrides,
-    ContractVersionedObjectReference, Flavor, INFRASTRUCTURE_GROUP, NestedCluster, NestedClusterSpec,
-    NestedComponentSpec, NestedControlPlane, NestedControlPlaneSpec,
+    ContractVersionedObjectReference, Flavor, INFRASTRUCTURE_GROUP, NestedAPIServerSpec, NestedCluster,
+    NestedClusterSpec, NestedComponentSpec, NestedControlPlane, NestedControlPlaneSpec,
 };
 
 /// The Kubernetes version nest's own components speak.
@@ -73,7 +73,10 @@ pub fn bundle(name: &str, namespace: &str, shape: &Shape) -> (Cluster, NestedClu
             flavor: shape.flavor,
             components: (shape.etcd_members.is_some() || shape.api_servers.is_some()).then(|| ComponentOverrides {
                 etcd: shape.etcd_members.map(|n| NestedComponentSpec { replicas: Some(n), ..Default::default() }),
-                api_server: shape.api_servers.map(|n| NestedComponentSpec { replicas: Some(n), ..Default::default() }),
+                api_server: shape.api_servers.map(|n| NestedAPIServerSpec {
+                    component: NestedComponentSpec { replicas: Some(n), ..Default::default() },
+                    limits: Default::default(),
+                }),
                 controller_manager: None,
             }),
             ..Default::default()

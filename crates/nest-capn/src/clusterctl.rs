@@ -195,6 +195,9 @@ pub fn syncer_rules() -> Value {
         {"apiGroups": [""], "resources": ["namespaces", "pods", "services", "configmaps", "secrets", "serviceaccounts",
                                           "endpoints", "persistentvolumeclaims"], "verbs": all},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        // The tenant's container defaults in each of its namespaces (nest_syncer::compute).
+        {"apiGroups": [""], "resources": ["limitranges"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch"]},
         {"apiGroups": [""], "resources": ["nodes", "persistentvolumes", "events"], "verbs": read},
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": read},
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": read},

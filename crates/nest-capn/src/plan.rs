@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::api::{
-    CLUSTER_NAME_LABEL, Cluster, Flavor, NestedAPIServer, NestedComponentSpec, NestedControlPlane,
+    APIServerLimits, CLUSTER_NAME_LABEL, Cluster, Flavor, NestedAPIServer, NestedComponentSpec, NestedControlPlane,
     NestedControllerManager, NestedEtcd,
 };
 use crate::package::Packages;
@@ -52,16 +52,18 @@ impl Plan {
         components
     }
 
-    /// The inputs of `component`'s rendering.
+    /// The inputs of `component`'s rendering (`limits`: an API server's, else unused).
     pub fn inputs<'a>(
         &'a self,
         spec: &'a NestedComponentSpec,
+        limits: &'a APIServerLimits,
         cluster_ips: &'a BTreeMap<String, String>,
     ) -> Inputs<'a> {
         Inputs {
             flavor: self.flavor,
             names: &self.names,
             spec,
+            limits,
             with_etcd: self.with_etcd,
             service_cidr: &self.service_cidr,
             cluster_ips,
@@ -69,12 +71,17 @@ impl Plan {
     }
 }
 
+/// The limits a control plane gives the API server it creates (its `components.apiServer`).
+pub fn api_server_limits(plane: &NestedControlPlane) -> APIServerLimits {
+    plane.spec.components.as_ref().and_then(|c| c.api_server.as_ref()).map(|a| a.limits.clone()).unwrap_or_default()
+}
+
 /// The spec a control plane gives the component it creates: its override, at `version` unless that names one.
 pub fn component_spec(plane: &NestedControlPlane, component: Component, version: &str) -> NestedComponentSpec {
     let overrides = plane.spec.components.clone().unwrap_or_default();
     let given = match component {
         Component::Etcd => overrides.etcd,
-        Component::ApiServer => overrides.api_server,
+        Component::ApiServer => overrides.api_server.map(|a| a.component),
         Component::ControllerManager => overrides.controller_manager,
     };
     let mut spec = given.unwrap_or_default();
@@ -119,18 +126,20 @@ pub fn render_objects(objects: &[Value], packages: &Packages) -> Result<(Vec<Val
                 Component::ControllerManager => plane.spec.controller_manager.as_ref(),
             }
             .and_then(|r| r.name.clone());
-            let given = reference.as_ref().and_then(|name| {
-                let named = |meta: &kube::api::ObjectMeta| meta.name.as_ref() == Some(name);
-                match component {
-                    Component::Etcd => etcds.iter().find(|e| named(&e.metadata)).map(|e| e.spec.component.clone()),
-                    Component::ApiServer => {
-                        api_servers.iter().find(|a| named(&a.metadata)).map(|a| a.spec.component.clone())
-                    }
-                    Component::ControllerManager => {
-                        managers.iter().find(|m| named(&m.metadata)).map(|m| m.spec.component.clone())
-                    }
+            let named = |meta: &kube::api::ObjectMeta| reference.is_some() && meta.name == reference;
+            let given = reference.as_ref().and_then(|_| match component {
+                Component::Etcd => etcds.iter().find(|e| named(&e.metadata)).map(|e| e.spec.component.clone()),
+                Component::ApiServer => {
+                    api_servers.iter().find(|a| named(&a.metadata)).map(|a| a.spec.component.clone())
+                }
+                Component::ControllerManager => {
+                    managers.iter().find(|m| named(&m.metadata)).map(|m| m.spec.component.clone())
                 }
             });
+            let limits = match api_servers.iter().find(|a| named(&a.metadata)) {
+                Some(api_server) => api_server.spec.limits.clone(),
+                None => api_server_limits(&plane),
+            };
             let mut spec = match (&reference, given) {
                 (_, Some(spec)) => spec,
                 (None, None) => component_spec(&plane, component, &plane.spec.version),
@@ -139,7 +148,7 @@ pub fn render_objects(objects: &[Value], packages: &Packages) -> Result<(Vec<Val
                 }
             };
             spec.version.get_or_insert_with(|| plane.spec.version.clone());
-            let rendered = render::render(packages, component, &plan.inputs(&spec, &cluster_ips))
+            let rendered = render::render(packages, component, &plan.inputs(&spec, &limits, &cluster_ips))
                 .map_err(|e| format!("{} of {}: {e}", component.file(), plan.names.cluster))?;
             manifests.extend(rendered.objects);
             if !rendered.waiting.is_empty() {

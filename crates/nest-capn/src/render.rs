@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::api::{CLUSTER_NAME_LABEL, ComponentPatch, Flavor, NestedComponentSpec, PatchType};
+use crate::api::{APIServerLimits, CLUSTER_NAME_LABEL, ComponentPatch, Flavor, NestedComponentSpec, PatchType};
 use crate::package::{self, DEFAULT_CHANNEL, Packages};
 
 pub use crate::package::Rendered;
@@ -131,6 +131,8 @@ pub struct Inputs<'a> {
     pub flavor: Flavor,
     pub names: &'a Names,
     pub spec: &'a NestedComponentSpec,
+    /// What an API server holds its clients to (other components have none).
+    pub limits: &'a APIServerLimits,
     /// Whether the control plane has an etcd (else a `nest` API server keeps its data itself).
     pub with_etcd: bool,
     /// The tenant's Service range.
@@ -159,17 +161,61 @@ pub fn replicas(component: Component, inputs: &Inputs) -> i32 {
     }
 }
 
+/// What `component` of `flavor` asks for and may take when its spec does not say: requests about what it takes idle
+/// and a memory limit, without a CPU limit, as kubeadm-like setups do (a CPU limit throttles an API server answering
+/// a burst; memory is what one tenant's flood must not take from the others). The `nest` flavor's are sized to nest's
+/// processes (an idle tenant's API server and controller-manager take about 25 MiB together), so that a 4-core,
+/// 8 GiB node holds a hundred tenants; the `kubernetes` flavor's CPU requests are kubeadm's.
+pub fn default_resources(flavor: Flavor, component: Component) -> Value {
+    let (cpu, memory, limit) = match (flavor, component) {
+        (Flavor::Nest, Component::ApiServer) => ("10m", "32Mi", "1Gi"),
+        (Flavor::Nest, Component::ControllerManager) => ("5m", "16Mi", "512Mi"),
+        (Flavor::Nest, Component::Etcd) => ("10m", "64Mi", "1Gi"),
+        (Flavor::Kubernetes, Component::ApiServer) => ("250m", "256Mi", "2Gi"),
+        (Flavor::Kubernetes, Component::ControllerManager) => ("200m", "128Mi", "1Gi"),
+        (Flavor::Kubernetes, Component::Etcd) => ("100m", "128Mi", "2Gi"),
+    };
+    json!({"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": limit}})
+}
+
+/// The resources of `component`'s container: what its spec gives, and for each default it does not give, the
+/// default ([`default_resources`]) — a request only where the spec sets neither a request nor a limit of that
+/// resource (a limit alone is the request too), and a memory limit never below the memory requested.
+pub fn resources(flavor: Flavor, component: Component, spec: &NestedComponentSpec) -> Value {
+    let mut out = spec.resources.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).unwrap_or(json!({}));
+    if !out.is_object() {
+        out = json!({});
+    }
+    let defaults = default_resources(flavor, component);
+    let amount = |value: &Value, field: &str, resource: &str| {
+        value[field][resource].as_str().and_then(nest_core::quantity::value)
+    };
+    for (resource, request) in defaults["requests"].as_object().into_iter().flatten() {
+        if out["requests"].get(resource).is_none() && out["limits"].get(resource).is_none() {
+            out["requests"][resource] = request.clone();
+        }
+    }
+    for (resource, limit) in defaults["limits"].as_object().into_iter().flatten() {
+        if out["limits"].get(resource).is_some() {
+            continue;
+        }
+        let asked = out["requests"][resource].clone();
+        let above = amount(&out, "requests", resource) > amount(&defaults, "limits", resource);
+        out["limits"][resource] = if above { asked } else { limit.clone() };
+    }
+    out
+}
+
 /// The values `component`'s templates are filled with.
 pub fn values(component: Component, inputs: &Inputs) -> Result<BTreeMap<String, String>, Error> {
     let names = inputs.names;
     let version = inputs.spec.version.clone().ok_or(Error::NoVersion)?;
-    let resources = inputs.spec.resources.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default());
     let mut values: BTreeMap<String, String> = [
         ("cluster", names.cluster.clone()),
         ("namespace", names.namespace.clone()),
         ("version", version),
         ("replicas", replicas(component, inputs).to_string()),
-        ("resources", resources.unwrap_or_else(|| json!({})).to_string()),
+        ("resources", resources(inputs.flavor, component, inputs.spec).to_string()),
         ("nestImage", nest_image()),
         ("serviceCIDR", inputs.service_cidr.to_string()),
         ("etcd", if inputs.with_etcd { "true" } else { "" }.to_string()),
@@ -177,6 +223,18 @@ pub fn values(component: Component, inputs: &Inputs) -> Result<BTreeMap<String, 
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    if component == Component::ApiServer {
+        // Bounded by the CRD's schema; held again here, for `nest render`'s input, which no server checked.
+        let limits = [
+            ("maxConnections", inputs.limits.max_connections),
+            ("maxRequestsInflightPerUser", inputs.limits.max_requests_inflight_per_user),
+        ];
+        for (name, limit) in limits {
+            if let Some(limit) = limit.filter(|n| *n >= 1) {
+                values.insert(name.into(), limit.to_string());
+            }
+        }
+    }
     let ip = |service: &str| inputs.cluster_ips.get(service).cloned();
     if let Some(address) = ip(&names.api_server()) {
         values.insert("apiServerIP".into(), address);
@@ -305,7 +363,17 @@ mod tests {
         ips: &'a BTreeMap<String, String>,
         with_etcd: bool,
     ) -> Inputs<'a> {
-        Inputs { flavor: Flavor::Nest, names, spec, with_etcd, service_cidr: DEFAULT_SERVICE_CIDR, cluster_ips: ips }
+        static NO_LIMITS: APIServerLimits =
+            APIServerLimits { max_connections: None, max_requests_inflight_per_user: None };
+        Inputs {
+            flavor: Flavor::Nest,
+            names,
+            spec,
+            limits: &NO_LIMITS,
+            with_etcd,
+            service_cidr: DEFAULT_SERVICE_CIDR,
+            cluster_ips: ips,
+        }
     }
 
     fn spec() -> NestedComponentSpec {
@@ -424,6 +492,85 @@ mod tests {
         let error =
             render(&Packages::default(), Component::ApiServer, &inputs(&names, &spec, &ips, false)).unwrap_err();
         assert!(error.to_string().contains("no rendered object"), "{error}");
+    }
+
+    #[test]
+    fn every_component_asks_for_what_it_takes_and_has_a_memory_limit_unless_its_spec_says_otherwise() {
+        let names = Names { cluster: "t".into(), namespace: "ns".into() };
+        let ips: BTreeMap<String, String> =
+            [("t-apiserver", "10.0.0.1"), ("t-etcd", "10.0.0.2"), ("t-etcd-0", "10.0.0.3")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let container = |component: Component, spec: &NestedComponentSpec| {
+            let rendered = render(&Packages::default(), component, &inputs(&names, spec, &ips, true)).unwrap();
+            let set = rendered.objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap().clone();
+            set["spec"]["template"]["spec"]["containers"][0]["resources"].clone()
+        };
+        let spec = spec();
+        for (component, wanted) in [
+            (Component::ApiServer, json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "1Gi"}})),
+            (
+                Component::ControllerManager,
+                json!({"requests": {"cpu": "5m", "memory": "16Mi"}, "limits": {"memory": "512Mi"}}),
+            ),
+            (Component::Etcd, json!({"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}})),
+        ] {
+            assert_eq!(container(component, &spec), wanted, "{component:?}");
+        }
+        for component in [Component::ApiServer, Component::ControllerManager, Component::Etcd] {
+            let upstream = default_resources(Flavor::Kubernetes, component);
+            assert!(upstream["requests"]["cpu"].is_string() && upstream["limits"]["memory"].is_string());
+            assert!(upstream["limits"].get("cpu").is_none(), "no CPU limit throttles a control plane");
+        }
+        // Given in part: the rest defaulted resource by resource.
+        let given = |resources: Value| NestedComponentSpec {
+            resources: Some(serde_json::from_value(resources).unwrap()),
+            ..spec.clone()
+        };
+        assert_eq!(
+            container(Component::ApiServer, &given(json!({"requests": {"cpu": "1"}}))),
+            json!({"requests": {"cpu": "1", "memory": "32Mi"}, "limits": {"memory": "1Gi"}})
+        );
+        assert_eq!(
+            container(Component::ApiServer, &given(json!({"limits": {"memory": "4Gi", "cpu": "2"}}))),
+            json!({"limits": {"memory": "4Gi", "cpu": "2"}}),
+            "a limit alone is the request too"
+        );
+        assert_eq!(
+            container(Component::ApiServer, &given(json!({"requests": {"memory": "3Gi"}}))),
+            json!({"requests": {"cpu": "10m", "memory": "3Gi"}, "limits": {"memory": "3Gi"}}),
+            "a memory limit never below what is asked for"
+        );
+    }
+
+    #[test]
+    fn the_api_servers_limits_are_its_flags() {
+        let names = Names { cluster: "t".into(), namespace: "ns".into() };
+        let ips = BTreeMap::from([("t-apiserver".to_string(), "10.0.0.1".to_string())]);
+        let spec = spec();
+        let args = |limits: &APIServerLimits, component: Component| -> Vec<Value> {
+            let inputs = Inputs { limits, ..inputs(&names, &spec, &ips, false) };
+            let rendered = render(&Packages::default(), component, &inputs).unwrap();
+            let set = rendered.objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap().clone();
+            set["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap().clone()
+        };
+        let flags = |args: &[Value]| -> Vec<String> {
+            args.iter().filter_map(Value::as_str).filter(|a| a.starts_with("--max-")).map(str::to_string).collect()
+        };
+        assert!(
+            flags(&args(&APIServerLimits::default(), Component::ApiServer)).is_empty(),
+            "nest apiserver's defaults"
+        );
+        let limits = APIServerLimits { max_connections: Some(500), max_requests_inflight_per_user: Some(20) };
+        assert_eq!(
+            flags(&args(&limits, Component::ApiServer)),
+            ["--max-connections=500", "--max-requests-inflight-per-user=20"]
+        );
+        assert!(flags(&args(&limits, Component::ControllerManager)).is_empty());
+        // Past the schema (`nest render` reads objects no server checked): nothing below 1 is rendered.
+        let nonsense = APIServerLimits { max_connections: Some(0), max_requests_inflight_per_user: Some(i32::MIN) };
+        assert!(flags(&args(&nonsense, Component::ApiServer)).is_empty());
     }
 
     #[test]

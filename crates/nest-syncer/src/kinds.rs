@@ -6,7 +6,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Map, Value, json};
 
 use crate::names::{self, TENANT_LABEL, TENANT_NAME, TENANT_NAMESPACE, TENANT_UID};
-use crate::policy;
+use crate::{compute, policy};
 
 /// What a transform knows of the tenant.
 pub struct Mapping<'a> {
@@ -24,6 +24,8 @@ pub struct Mapping<'a> {
     /// Whether the tenant's pods may not reach beyond the machine: their super pods are labelled so, and the node's
     /// network wall holds them in ([`nest_node::firewall::EGRESS_LABEL`]).
     pub egress_off: bool,
+    /// The tenant's share of the node, written on its super pods ([`crate::compute::SHARE_ANNOTATIONS`] → value).
+    pub share: &'a std::collections::BTreeMap<String, String>,
 }
 
 /// One synced kind.
@@ -43,6 +45,10 @@ pub struct Kind {
     pub super_name: fn(&str) -> Option<&str>,
     /// What becomes of a super object already there when the policy refuses its tenant object now.
     pub on_refusal: OnRefusal,
+    /// What a super object of the kind takes of its tenant's compute quota ([`crate::compute`]), for a kind that
+    /// counts against it: of an object as the cache holds it (`None`), or of a new one as the LimitRange of its
+    /// namespace will default it (`Some(defaults)`).
+    pub usage: Option<fn(&Value, Option<&compute::Defaults>) -> compute::Usage>,
 }
 
 /// What becomes of a super object already made when the policy refuses its tenant object now (the platform admin
@@ -81,6 +87,7 @@ pub fn built_in() -> Vec<Kind> {
             admit: anything,
             super_name: names::super_config_map,
             on_refusal: OnRefusal::Keep,
+            usage: None,
         },
         Kind {
             name: "secrets",
@@ -95,6 +102,7 @@ pub fn built_in() -> Vec<Kind> {
             // Pods' token Secrets are the syncer's own ([`crate::tokens`]).
             super_name: |name| (!name.starts_with(crate::tokens::SECRET_PREFIX)).then_some(name),
             on_refusal: OnRefusal::Keep,
+            usage: None,
         },
         Kind {
             name: "serviceaccounts",
@@ -110,6 +118,7 @@ pub fn built_in() -> Vec<Kind> {
             admit: anything,
             super_name: same,
             on_refusal: OnRefusal::Keep,
+            usage: None,
         },
         Kind {
             name: "endpoints",
@@ -123,6 +132,7 @@ pub fn built_in() -> Vec<Kind> {
             super_name: same,
             // An address allowed when it was copied (the tenant's pod's) can become another tenant's pod's.
             on_refusal: OnRefusal::Remove,
+            usage: None,
         },
         Kind {
             name: "persistentvolumeclaims",
@@ -137,6 +147,7 @@ pub fn built_in() -> Vec<Kind> {
             admit: anything,
             super_name: same,
             on_refusal: OnRefusal::Keep,
+            usage: None,
         },
         Kind {
             name: "services",
@@ -163,6 +174,7 @@ pub fn built_in() -> Vec<Kind> {
             admit: |o, cx| policy::service(&o["spec"], cx),
             super_name: same,
             on_refusal: OnRefusal::Keep,
+            usage: None,
         },
         Kind {
             name: "pods",
@@ -173,6 +185,11 @@ pub fn built_in() -> Vec<Kind> {
                 if m.egress_off {
                     pod["metadata"]["labels"][nest_node::firewall::EGRESS_LABEL] = json!("deny");
                 }
+                // The platform admin's word on the tenant's share of the node, for the node (a tenant's own
+                // annotations of these names were not copied: `with` keeps nest's prefixes out).
+                for (annotation, value) in m.share {
+                    pod["metadata"]["annotations"][annotation] = json!(value);
+                }
                 Some(pod)
             },
             content: &[],
@@ -180,6 +197,10 @@ pub fn built_in() -> Vec<Kind> {
             admit: |o, cx| policy::pod(&o["spec"], cx),
             super_name: same,
             on_refusal: OnRefusal::Keep,
+            usage: Some(|pod, defaults| match defaults {
+                None => compute::usage_of_pod(pod),
+                Some(defaults) => compute::usage(&compute::defaulted(&pod["spec"], defaults)),
+            }),
         },
     ]
 }
@@ -208,6 +229,7 @@ pub fn custom(group: &str, version: &str, kind: &str) -> Kind {
         admit: anything,
         super_name: same,
         on_refusal: OnRefusal::Keep,
+        usage: None,
     }
 }
 
@@ -508,10 +530,12 @@ mod tests {
             transparent: TRANSPARENT,
             max_grace_period_seconds: 3600,
             egress_off: false,
+            share: &NO_SHARE,
         }
     }
 
     static TRANSPARENT: &[String] = &[];
+    static NO_SHARE: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
 
     fn pod_down(spec: Value, mapping: &Mapping) -> Value {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u"}, "spec": spec});
@@ -564,6 +588,49 @@ mod tests {
         let pods = kinds.iter().find(|k| k.name == "pods").unwrap();
         let down = (pods.down)(&pod, &Mapping { egress_off: true, ..mapping() }).unwrap();
         assert_eq!(down["metadata"]["labels"]["tenancy.nest.dev/egress"], "deny");
+    }
+
+    #[test]
+    fn a_pod_carries_the_platform_admins_share_of_the_node_and_never_the_tenants_own() {
+        let share = std::collections::BTreeMap::from([
+            ("tenancy.nest.dev/tenant-memory".to_string(), "2Gi".to_string()),
+            ("tenancy.nest.dev/tenant-pids".to_string(), "500".to_string()),
+        ]);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "uid": "u", "annotations": {
+                "tenancy.nest.dev/tenant-memory": "1Ti", "tenancy.nest.dev/tenant-cpu": "64", "note": "kept"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let kinds = built_in();
+        let pods = kinds.iter().find(|k| k.name == "pods").unwrap();
+        let annotations = |mapping: &Mapping| (pods.down)(&pod, mapping).unwrap()["metadata"]["annotations"].clone();
+        let shared = annotations(&Mapping { share: &share, ..mapping() });
+        assert_eq!(shared["tenancy.nest.dev/tenant-memory"], "2Gi");
+        assert_eq!(shared["tenancy.nest.dev/tenant-pids"], "500");
+        assert!(shared.get("tenancy.nest.dev/tenant-cpu").is_none(), "the tenant's own never goes down");
+        assert_eq!(shared["note"], "kept");
+        let unset = annotations(&mapping());
+        for annotation in crate::compute::SHARE_ANNOTATIONS {
+            assert!(unset.get(annotation).is_none(), "{annotation}: the node's defaults unless the admin says");
+        }
+        // Only pods carry it.
+        let configmaps = kinds.iter().find(|k| k.name == "configmaps").unwrap();
+        let down = (configmaps.down)(&pod, &Mapping { share: &share, ..mapping() }).unwrap();
+        assert!(down["metadata"]["annotations"].get("tenancy.nest.dev/tenant-memory").is_none());
+    }
+
+    #[test]
+    fn only_pods_count_against_the_quota_and_a_new_one_counts_with_its_defaults() {
+        let kinds = built_in();
+        for kind in &kinds {
+            assert_eq!(kind.usage.is_some(), kind.name == "pods", "{}", kind.name);
+        }
+        let usage = kinds.iter().find(|k| k.name == "pods").unwrap().usage.unwrap();
+        let pod = json!({"spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}});
+        assert_eq!(usage(&pod, None).get("limits.memory"), 0.0, "as it is: made before any LimitRange");
+        let defaults = crate::compute::Defaults::default();
+        assert_eq!(usage(&pod, Some(&defaults)).get("limits.memory"), 512.0 * 1024.0 * 1024.0);
+        let done = json!({"spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Succeeded"}});
+        assert_eq!(usage(&done, None).get("pods"), 0.0);
     }
 
     #[test]

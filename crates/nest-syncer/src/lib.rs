@@ -17,12 +17,15 @@
 //! - [`queue`]: the work queue, shared fairly between tenants.
 //! - [`kubelet`]: the kubelet endpoint of each tenant's virtual nodes, for `kubectl logs` through the tenant.
 //! - [`addresses`]: which addresses a tenant's Endpoints may name.
+//! - [`policy`]: what a tenant may ask of the management cluster; [`compute`]: what its pods may take of it (container
+//!   defaults as a LimitRange in each super namespace, a quota over all of them, its share of the node).
 //! - [`metrics`]: counters served as Prometheus text.
 //!
 //! A patrol per tenant enqueues every object on both sides every `patrol` interval, which repairs drift either way
 //! and removes super objects whose tenant object is gone (also those deleted while the syncer was not running).
 
 pub mod addresses;
+pub mod compute;
 pub mod events;
 pub mod kinds;
 pub mod kubelet;
@@ -43,7 +46,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, PersistentVolume};
+use k8s_openapi::api::core::v1::{Event, LimitRange, Namespace, Node, PersistentVolume};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -147,18 +150,38 @@ impl kube::runtime::utils::Backoff for Retry {
     }
 }
 
-/// Keeps of a super pod only what the syncer reads (its metadata, status, node, grace period, and containers' names
-/// and images), so that the cache of ten thousand pods stays small.
+/// Keeps of a super pod only what the syncer reads (its metadata, status, node, grace period, and containers' names,
+/// images and the CPU and memory they ask for, which the tenant's quota counts), so that the cache of ten thousand
+/// pods stays small.
 fn prune_super_pod(pod: &mut DynamicObject) {
     let spec = &pod.data["spec"];
-    let containers: Vec<serde_json::Value> = spec["containers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| serde_json::json!({"name": c["name"], "image": c["image"]}))
-        .collect();
+    let compute = |resources: &serde_json::Value| {
+        let amounts = |field: &str| {
+            let kept: serde_json::Map<String, serde_json::Value> = ["cpu", "memory"]
+                .into_iter()
+                .filter_map(|r| resources[field].get(r).map(|amount| (r.to_string(), amount.clone())))
+                .collect();
+            serde_json::Value::Object(kept)
+        };
+        serde_json::json!({"requests": amounts("requests"), "limits": amounts("limits")})
+    };
+    let list = |name: &str, image: bool| -> Vec<serde_json::Value> {
+        spec[name]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let mut kept = serde_json::json!({"name": c["name"], "resources": compute(&c["resources"])});
+                if image {
+                    kept["image"] = c["image"].clone();
+                }
+                kept
+            })
+            .collect()
+    };
     let pruned = serde_json::json!({
-        "nodeName": spec["nodeName"], "containers": containers,
+        "nodeName": spec["nodeName"], "containers": list("containers", true),
+        "initContainers": list("initContainers", false),
         "terminationGracePeriodSeconds": spec["terminationGracePeriodSeconds"],
     });
     pod.data["spec"] = pruned;
@@ -251,6 +274,8 @@ pub struct Syncer {
     pub public: Vec<Store<DynamicObject>>,
     /// The super cluster's PersistentVolumes (those bound to tenants' claims are copied up).
     pub super_volumes: Store<PersistentVolume>,
+    /// The LimitRanges the syncer keeps in tenants' super namespaces ([`compute::LIMIT_RANGE`]).
+    pub super_limit_ranges: Store<LimitRange>,
     pub metrics: metrics::Metrics,
     /// The connections open on every tenant's kubelet endpoint: one budget, so that the syncer's descriptors are
     /// bounded however many tenants it serves.
@@ -339,6 +364,20 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         },
     );
     feeds.push(Box::pin(feed));
+    // The tenants' LimitRanges: one changed or deleted by someone else is put back by its namespace's reconcile.
+    let slot = syncer_slot.clone();
+    let (super_limit_ranges, feed) = nest_client::cache_then(
+        Api::<LimitRange>::all(super_client.clone()),
+        watcher::Config::default().labels(names::TENANT_LABEL),
+        Retry::new(),
+        move |seen| {
+            let (nest_client::Seen::Applied(range) | nest_client::Seen::Deleted(range)) = seen;
+            if let Some(syncer) = slot.get() {
+                sync::enqueue_namespace_of(syncer, range.metadata.namespace.as_deref().unwrap_or_default());
+            }
+        },
+    );
+    feeds.push(Box::pin(feed));
     let mut public = Vec::new();
     let public_kinds = kinds::public();
     for (index, (_, resource)) in public_kinds.iter().cloned().enumerate() {
@@ -378,6 +417,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         public_kinds,
         public,
         super_volumes,
+        super_limit_ranges,
         metrics: metrics::Metrics::default(),
         failures: Default::default(),
         kubelet_connections,
@@ -404,6 +444,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         let _ = syncer.super_namespaces.wait_until_ready().await;
         let _ = syncer.super_nodes.wait_until_ready().await;
         let _ = syncer.super_volumes.wait_until_ready().await;
+        let _ = syncer.super_limit_ranges.wait_until_ready().await;
         for store in &syncer.public {
             let _ = store.wait_until_ready().await;
         }
@@ -427,6 +468,26 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_super_pod_keeps_what_the_tenants_quota_counts() {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"},
+            "spec": {"nodeName": "node-1", "volumes": [{"name": "v", "emptyDir": {}}],
+                     "containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "b"}],
+                                     "resources": {"requests": {"cpu": "100m", "ephemeral-storage": "1Gi"},
+                                                   "limits": {"cpu": "1", "memory": "1Gi"}}}],
+                     "initContainers": [{"name": "i", "image": "j", "resources": {"requests": {"cpu": "2"}}}]},
+            "status": {"phase": "Running"},
+        });
+        let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
+        prune_super_pod(&mut object);
+        compact(&mut object);
+        let cached = full(&object);
+        assert!(cached["spec"].get("volumes").is_none() && cached["spec"]["containers"][0].get("env").is_none());
+        assert_eq!(compute::usage_of_pod(&cached), compute::usage_of_pod(&pod));
+        assert_eq!(cached["spec"]["containers"][0]["image"], "i", "images are put back on drift");
+    }
 
     #[test]
     fn a_compacted_object_is_whole_again_and_keeps_what_every_pass_reads_at_hand() {

@@ -14,6 +14,8 @@
 //! Caps bound what a tenant keeps and asks for: objects and bytes of each kind (`tenancy.nest.dev/cap-<plural>-objects`,
 //! `-bytes`), and the longest termination grace period its pods get in the management cluster
 //! (`tenancy.nest.dev/cap-pods-grace-period-seconds`, [`DEFAULT_MAX_GRACE_PERIOD_SECONDS`] unless told otherwise).
+//! What its pods take of CPU, memory and processes — container defaults, a quota over all its namespaces, its share
+//! of the node — is [`crate::compute`]'s, set the same way (`tenancy.nest.dev/default-*`, `quota-*`, `tenant-*`).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -21,7 +23,7 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 /// The allowlists.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
     /// `spec.type` of Services.
     pub service_types: Vec<String>,
@@ -43,6 +45,13 @@ pub struct Policy {
     /// Whether the tenant's pods are kept from reaching beyond the machine (the Cluster's
     /// `tenancy.nest.dev/egress: deny`); the node's network wall enforces it.
     pub egress_off: bool,
+    /// What a container that does not say gets: the LimitRange in each super namespace ([`crate::compute`]).
+    pub defaults: crate::compute::Defaults,
+    /// What all of the tenant's pods may take together ([`crate::compute::Quota`]).
+    pub quota: crate::compute::Quota,
+    /// The tenant's share of the node ([`crate::compute::SHARE_ANNOTATIONS`] → value), written on its super pods;
+    /// none unless the platform admin sets it (the node has defaults of its own).
+    pub share: std::collections::BTreeMap<String, String>,
 }
 
 /// How much of one kind a tenant may keep in the management cluster: objects, and bytes of their JSON.
@@ -98,6 +107,9 @@ impl Default for Policy {
                 .collect(),
             max_grace_period_seconds: DEFAULT_MAX_GRACE_PERIOD_SECONDS,
             egress_off: false,
+            defaults: Default::default(),
+            quota: Default::default(),
+            share: Default::default(),
         }
     }
 }
@@ -113,8 +125,10 @@ pub const CAP_PREFIX: &str = "tenancy.nest.dev/cap-";
 impl Policy {
     /// This policy with what a tenant's annotations add (`tenancy.nest.dev/allow-service-types: NodePort`, and
     /// `volume-types`, `toleration-keys`, `node-selector-keys`, `scheduler-names`, `runtime-classes`,
-    /// `priority-classes`).
+    /// `priority-classes`) or set (caps, egress, and [`crate::compute`]'s defaults, quota and share). A value that
+    /// means nothing changes nothing.
     pub fn with_annotations<'a>(&self, annotations: impl IntoIterator<Item = (&'a String, &'a String)>) -> Policy {
+        use crate::compute::{DEFAULT_PREFIX, QUOTA_PREFIX, SHARE_ANNOTATIONS, share_value};
         let mut policy = self.clone();
         for (key, value) in annotations {
             if key == EGRESS_ANNOTATION {
@@ -123,6 +137,20 @@ impl Policy {
             }
             if let Some(cap) = key.strip_prefix(CAP_PREFIX) {
                 policy.set_cap(cap, value);
+                continue;
+            }
+            if let Some(what) = key.strip_prefix(DEFAULT_PREFIX) {
+                policy.defaults.set(what, value);
+                continue;
+            }
+            if let Some(resource) = key.strip_prefix(QUOTA_PREFIX) {
+                policy.quota.set(resource, value);
+                continue;
+            }
+            if SHARE_ANNOTATIONS.contains(&key.as_str()) {
+                if let Some(value) = share_value(key, value) {
+                    policy.share.insert(key.clone(), value);
+                }
                 continue;
             }
             let Some(what) = key.strip_prefix(ALLOW_PREFIX) else { continue };
@@ -456,6 +484,27 @@ mod tests {
         assert_eq!(within(tenant.cap("configmaps"), "configmaps", 1, 1 << 19, 1 << 19), Ok(()));
         assert!(within(tenant.cap("configmaps"), "configmaps", 2, 1 << 20, 1).unwrap_err().contains("1048576 bytes"));
         assert!(within(tenant.cap("configmaps"), "configmaps", 0, u64::MAX, u64::MAX).is_err(), "no overflow");
+    }
+
+    #[test]
+    fn a_clusters_annotations_set_its_defaults_quota_and_share() {
+        let annotations: Vec<(String, String)> = vec![
+            ("tenancy.nest.dev/default-memory-limit".into(), "256Mi".into()),
+            ("tenancy.nest.dev/default-cpu-request".into(), "nonsense".into()),
+            ("tenancy.nest.dev/quota-pods".into(), "3".into()),
+            ("tenancy.nest.dev/quota-limits.memory".into(), "-1".into()),
+            ("tenancy.nest.dev/tenant-memory".into(), "2Gi".into()),
+            ("tenancy.nest.dev/tenant-pids".into(), "0".into()),
+        ];
+        let policy = Policy::default().with_annotations(annotations.iter().map(|(k, v)| (k, v)));
+        let defaults = crate::compute::Defaults::default();
+        assert_eq!(policy.defaults.limits["memory"], "256Mi");
+        assert_eq!(policy.defaults.requests, defaults.requests, "a bad value changes nothing");
+        assert_eq!(policy.quota.hard["pods"], 3.0);
+        assert_eq!(policy.quota.hard["limits.memory"], crate::compute::Quota::default().hard["limits.memory"]);
+        assert_eq!(policy.share.len(), 1);
+        assert_eq!(policy.share["tenancy.nest.dev/tenant-memory"], "2Gi");
+        assert!(Policy::default().share.is_empty(), "the node's own defaults unless the platform admin says");
     }
 
     #[test]

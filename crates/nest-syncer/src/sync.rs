@@ -200,7 +200,20 @@ pub fn enqueue_event(syncer: &Syncer, event: &k8s_openapi::api::core::v1::Event)
     syncer.queue.add(key, item);
 }
 
-/// A tenant namespace: its super namespace exists while it does (and goes, with everything in it, when it goes).
+/// Queues the tenant namespace whose super namespace is `super_namespace` (something in it the syncer keeps, such
+/// as its LimitRange, changed).
+pub fn enqueue_namespace_of(syncer: &Syncer, super_namespace: &str) {
+    let Some(namespace) = syncer.super_namespaces.get(&ObjectRef::new(super_namespace)) else { return };
+    let (Some(key), Some(tenant_namespace)) =
+        (namespace.labels().get(TENANT_LABEL), namespace.annotations().get(TENANT_NAMESPACE))
+    else {
+        return;
+    };
+    syncer.queue.add(key, Item::Namespace(tenant_namespace.clone()));
+}
+
+/// A tenant namespace: its super namespace exists while it does (and goes, with everything in it, when it goes),
+/// with the labels and the LimitRange the tenant's policy gives it.
 async fn reconcile_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube::Result<Done> {
     let live = tenant.namespaces.get(&ObjectRef::new(name)).filter(|n| n.metadata.deletion_timestamp.is_none());
     let super_name = names::super_namespace(&tenant.key, name);
@@ -210,6 +223,10 @@ async fn reconcile_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> ku
         (Some(_), None) => {
             ensure_namespace(syncer, tenant, name).await?;
             Ok(Done { down: 1, ..Default::default() })
+        }
+        (Some(_), Some(existing)) if ours && existing.metadata.deletion_timestamp.is_none() => {
+            ensure_namespace(syncer, tenant, name).await?;
+            Ok(Done::default())
         }
         (None, Some(existing)) if ours && existing.metadata.deletion_timestamp.is_none() => {
             let api: Api<Namespace> = Api::all(syncer.super_client.clone());
@@ -247,7 +264,7 @@ async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube:
             let patch = serde_json::json!({"metadata": {"labels": wanted}});
             api.patch(&super_name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await?;
         }
-        return Ok(());
+        return ensure_limit_range(syncer, tenant, &super_name).await;
     }
     let mut labels = wanted;
     labels.insert(TENANT_LABEL.to_string(), tenant.key.clone());
@@ -268,19 +285,63 @@ async fn ensure_namespace(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube:
     };
     let api: Api<Namespace> = Api::all(syncer.super_client.clone());
     match api.create(&PostParams::default(), &namespace).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {}
         // Made since the store was filled, by this syncer or by someone else (the store holds only tenants').
         Err(kube::Error::Api(status)) if status.code == 409 => {
             let existing = api.get(&super_name).await?;
-            if existing.labels().get(TENANT_LABEL) == Some(&tenant.key) { Ok(()) } else { Err(not_ours(&super_name)) }
+            if existing.labels().get(TENANT_LABEL) != Some(&tenant.key) {
+                return Err(not_ours(&super_name));
+            }
         }
+        Err(error) => return Err(error),
+    }
+    // Before any pod is made there, so that LimitRanger gives each the tenant's defaults.
+    ensure_limit_range(syncer, tenant, &super_name).await
+}
+
+/// The tenant's container defaults as the LimitRange [`crate::compute::LIMIT_RANGE`] of its super namespace
+/// `super_name`: made when missing, put back when it is not what the tenant's policy says (the platform admin changed
+/// it, or someone edited or deleted it). Looked up in the cache first, so that a namespace in order costs nothing.
+async fn ensure_limit_range(syncer: &Syncer, tenant: &Tenant, super_name: &str) -> kube::Result<()> {
+    use crate::compute::{LIMIT_RANGE, limit_range, limit_range_is};
+    use k8s_openapi::api::core::v1::LimitRange;
+    let defaults = tenant.policy.read().expect("the policy lock").defaults.clone();
+    let existing = syncer.super_limit_ranges.get(&ObjectRef::new(LIMIT_RANGE).within(super_name));
+    let is = |range: &LimitRange| {
+        range.labels().get(TENANT_LABEL) == Some(&tenant.key)
+            && limit_range_is(&serde_json::to_value(&range.spec).unwrap_or_default(), &defaults)
+    };
+    if existing.as_deref().is_some_and(is) {
+        return Ok(());
+    }
+    let wanted = limit_range(super_name, &tenant.key, &defaults);
+    let api: Api<LimitRange> = Api::namespaced(syncer.super_client.clone(), super_name);
+    let replace = || async {
+        // A merge patch replaces `limits` whole, and with it anything added to the item.
+        let patch = json!({"metadata": {"labels": wanted["metadata"]["labels"]}, "spec": wanted["spec"]});
+        api.patch(LIMIT_RANGE, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
+    };
+    if existing.is_some() {
+        return replace().await;
+    }
+    let range: LimitRange = serde_json::from_value(wanted.clone()).map_err(kube::Error::SerdeError)?;
+    match api.create(&PostParams::default(), &range).await {
+        Ok(_) => Ok(()),
+        // There already (the cache had not seen it yet): as the policy says.
+        Err(kube::Error::Api(status)) if status.code == 409 => replace().await,
         Err(error) => Err(error),
     }
 }
 
 /// Whether super object `wanted` (`namespace/name` of synced kind `kind`) fits under the tenant's cap of its kind
-/// beside the tenant's other objects of the kind in the super cluster; a refusal is a 403 the tenant is told of, and
-/// the object waits (the next change or patrol tries again).
+/// beside the tenant's other objects of the kind in the super cluster, and, for a kind that counts against the
+/// tenant's compute quota (pods, [`crate::kinds::Kind::usage`]), under that quota beside all its other pods; a
+/// refusal is a 403 the tenant is told of, and the object waits (the next change or patrol tries again).
+///
+/// What the cache does not show yet counts too: with `reserve`, an object let through is recorded
+/// ([`Tenant::reserved`]) until the cache shows it or a minute has passed, so that objects created one after another
+/// faster than the watch reports them cannot pass a cap or quota together. [`release`] takes back a reservation
+/// whose create failed.
 fn within_caps(
     syncer: &Syncer,
     tenant: &Tenant,
@@ -288,29 +349,74 @@ fn within_caps(
     namespace: &str,
     name: &str,
     wanted: &Value,
+    reserve: bool,
 ) -> kube::Result<()> {
-    let plural = syncer.kinds[kind].name;
-    let cap = tenant.policy.read().expect("the policy lock").cap(plural);
+    let spec = &syncer.kinds[kind];
+    let plural = spec.name;
+    let policy = tenant.policy.read().expect("the policy lock").clone();
+    let cap = policy.cap(plural);
     let (mut objects, mut bytes) = (0usize, 0u64);
+    let mut used = crate::compute::Usage::default();
+    let mut reserved = tenant.reserved.lock().expect("the reservations lock");
+    let mut seen = std::collections::HashSet::new();
     for object in syncer.super_objects[kind].state() {
         // Only what the syncer made for the tenant's objects counts (its control plane's pods and Services carry its
         // label too, and are the platform's).
+        let (object_namespace, object_name) = (
+            object.metadata.namespace.as_deref().unwrap_or_default(),
+            object.metadata.name.as_deref().unwrap_or_default(),
+        );
         if object.labels().get(TENANT_LABEL) != Some(&tenant.key)
             || !object.annotations().contains_key(TENANT_NAME)
-            || (object.metadata.name.as_deref() == Some(name)
-                && object.metadata.namespace.as_deref() == Some(namespace))
+            || (object_name == name && object_namespace == namespace)
         {
             continue;
+        }
+        let key = (kind, object_namespace.to_string(), object_name.to_string());
+        if reserved.contains_key(&key) {
+            seen.insert(key);
         }
         objects += 1;
         let size = object.data.get(crate::BODY).and_then(Value::as_str).map_or(0, str::len);
         bytes = bytes.saturating_add(u64::try_from(size).unwrap_or(u64::MAX));
+        if let Some(usage) = spec.usage {
+            used.add(&usage(&crate::full(&object), None));
+        }
+    }
+    reserved.retain(|key, reservation| reservation.at.elapsed() < RESERVED_FOR && !seen.contains(key));
+    for ((of, at_namespace, at_name), reservation) in reserved.iter() {
+        if *of == kind && !(at_name == name && at_namespace == namespace) {
+            objects += 1;
+            bytes = bytes.saturating_add(reservation.size);
+            used.add(&reservation.usage);
+        }
     }
     let size = u64::try_from(wanted.to_string().len()).unwrap_or(u64::MAX);
-    crate::policy::within(cap, plural, objects, bytes, size).map_err(|refusal| {
+    let refused = |refusal: String| {
         syncer.metrics.capped(&tenant.key, plural);
         kube::Error::Api(kube::core::Status::failure(&refusal, "Forbidden").with_code(403).boxed())
-    })
+    };
+    crate::policy::within(cap, plural, objects, bytes, size).map_err(refused)?;
+    let requested = spec.usage.map(|usage| usage(wanted, Some(&policy.defaults))).unwrap_or_default();
+    if spec.usage.is_some() {
+        let tenant_name = wanted["metadata"]["annotations"][TENANT_NAME].as_str().unwrap_or(name);
+        policy.quota.admit(tenant_name, &used, &requested).map_err(refused)?;
+    }
+    if reserve {
+        let at = std::time::Instant::now();
+        let reservation = crate::tenants::Reservation { size, usage: requested, at };
+        reserved.insert((kind, namespace.to_string(), name.to_string()), reservation);
+    }
+    Ok(())
+}
+
+/// How long an object the syncer created counts against its tenant's caps and quota before the cache shows it.
+const RESERVED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Takes back what [`within_caps`] reserved for super object `namespace/name` of kind `kind`: its create failed.
+fn release(tenant: &Tenant, kind: usize, namespace: &str, name: &str) {
+    let key = (kind, namespace.to_string(), name.to_string());
+    tenant.reserved.lock().expect("the reservations lock").remove(&key);
 }
 
 /// What the tenant's policy ([`crate::policy`]) says of super object `wanted` of kind `kind`.
@@ -438,6 +544,7 @@ async fn reconcile_object(
         transparent: &syncer.options.transparent_prefixes,
         max_grace_period_seconds: policy.max_grace_period_seconds,
         egress_off: policy.egress_off,
+        share: &policy.share,
     };
     let wanted = tenant_value
         .as_ref()
@@ -506,27 +613,13 @@ async fn reconcile_object(
     }
 
     let Some(existing) = super_value else {
-        within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted)?;
-        ensure_namespace(syncer, tenant, namespace).await?;
-        // A pod's account first (the super cluster may refuse a pod whose account does not exist).
-        let account = wanted["spec"]["serviceAccountName"].as_str().unwrap_or("default");
-        if spec.name == "pods"
-            && account != "default"
-            && !super_has(syncer, "serviceaccounts", &super_namespace, account)
-        {
-            return Ok(Done { again: true, ..done });
+        within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted, true)?;
+        let created = create(syncer, tenant, kind, namespace, &super_namespace, &tenant_value, wanted, done).await;
+        // Made (or found made): it counts until the cache shows it. Not made: it does not.
+        if !matches!(&created, Ok(done) if !done.again) {
+            release(tenant, kind, &super_namespace, super_name);
         }
-        // Its tokens before the pod: the node would otherwise find the Secret missing.
-        if spec.name == "pods" {
-            done.after = crate::tokens::ensure(syncer, tenant, namespace, &super_namespace, &tenant_value).await?;
-        }
-        let object: DynamicObject = serde_json::from_value(wanted).map_err(kube::Error::SerdeError)?;
-        match super_api.create(&PostParams::default(), &object).await {
-            Ok(_) => done.down += 1,
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(error) => return Err(error),
-        }
-        return Ok(done);
+        return created;
     };
     if !owned_by(&existing, &uid) {
         if ours {
@@ -574,9 +667,15 @@ async fn reconcile_object(
         }
         patch.insert("metadata".into(), json!({"labels": labels}));
     }
+    // The tenant's share of the node (on its pods) follows the platform admin's word on running objects too.
+    let annotations = |object: &Value| object["metadata"]["annotations"].clone();
+    if let Some(share) = crate::compute::share_patch(&annotations(&wanted), &annotations(&existing)) {
+        let metadata = patch.entry("metadata").or_insert_with(|| json!({}));
+        metadata["annotations"] = Value::Object(share);
+    }
     if !patch.is_empty() {
         if spec.content.iter().any(|field| patch.contains_key(*field)) {
-            within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted)?;
+            within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted, false)?;
         }
         super_api.patch(super_name, &PatchParams::default(), &Patch::Merge(&Value::Object(patch))).await?;
         done.down += 1;
@@ -607,6 +706,39 @@ async fn reconcile_object(
 
     // Upward.
     done.up += upward(syncer, tenant, kind, namespace, name, &tenant_value, &existing).await?;
+    Ok(done)
+}
+
+/// Creates super object `wanted` (of kind `kind`, for tenant object `tenant_value` in `namespace`), with what it
+/// needs first: its namespace, and for a pod its account and tokens.
+#[allow(clippy::too_many_arguments)]
+async fn create(
+    syncer: &Syncer,
+    tenant: &Tenant,
+    kind: usize,
+    namespace: &str,
+    super_namespace: &str,
+    tenant_value: &Value,
+    wanted: Value,
+    mut done: Done,
+) -> kube::Result<Done> {
+    let spec = &syncer.kinds[kind];
+    ensure_namespace(syncer, tenant, namespace).await?;
+    // A pod's account first (the super cluster may refuse a pod whose account does not exist).
+    let account = wanted["spec"]["serviceAccountName"].as_str().unwrap_or("default");
+    if spec.name == "pods" && account != "default" && !super_has(syncer, "serviceaccounts", super_namespace, account) {
+        return Ok(Done { again: true, ..done });
+    }
+    // Its tokens before the pod: the node would otherwise find the Secret missing.
+    if spec.name == "pods" {
+        done.after = crate::tokens::ensure(syncer, tenant, namespace, super_namespace, tenant_value).await?;
+    }
+    let object: DynamicObject = serde_json::from_value(wanted).map_err(kube::Error::SerdeError)?;
+    match super_api(syncer, kind, super_namespace).create(&PostParams::default(), &object).await {
+        Ok(_) => done.down += 1,
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => return Err(error),
+    }
     Ok(done)
 }
 

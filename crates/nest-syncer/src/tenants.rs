@@ -48,7 +48,21 @@ pub struct Tenant {
     /// What it may ask of the management cluster beyond Pod Security: the syncer's policy with its Cluster's
     /// `tenancy.nest.dev/allow-*` annotations ([`crate::policy`]).
     pub policy: std::sync::RwLock<crate::policy::Policy>,
+    /// Super objects the syncer let through its caps and quota and created, which its cache may not show yet, by
+    /// kind and super namespace and name: they count until it does ([`crate::sync`]).
+    pub reserved: std::sync::Mutex<std::collections::HashMap<(usize, String, String), Reservation>>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What a super object just created counts for, until the cache shows it.
+#[derive(Clone, Debug)]
+pub struct Reservation {
+    /// Bytes of its JSON.
+    pub size: u64,
+    /// What it takes of the tenant's compute quota.
+    pub usage: crate::compute::Usage,
+    /// When it was let through.
+    pub at: std::time::Instant,
 }
 
 impl Drop for Tenant {
@@ -479,6 +493,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         kind_ready: syncer.kinds.iter().map(|_| AtomicBool::new(false)).collect(),
         pod_security: std::sync::RwLock::new(level_of(syncer, found)),
         policy: std::sync::RwLock::new(syncer.options.policy.with_annotations(&found.annotations)),
+        reserved: Default::default(),
         tasks: std::sync::Mutex::new(Vec::new()),
     });
     let patrol = tokio::spawn(patrol(syncer.clone(), Arc::downgrade(&tenant)));

@@ -23,7 +23,11 @@ pub struct NestedComponentSpec {
     /// Changes to the rendered manifests, applied in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patches: Option<Vec<ComponentPatch>>,
-    /// The resources of the component's main container.
+    /// The resources of the component's main container; unset, the flavor's defaults for the component (the `nest`
+    /// flavor: API server requests 10m CPU and 32Mi, limit 1Gi; controller-manager 5m and 16Mi, limit 512Mi; etcd
+    /// 10m and 64Mi, limit 1Gi. The `kubernetes` flavor: kubeadm's CPU requests — 250m, 200m, 100m — with 256Mi,
+    /// 128Mi and 128Mi, limits 2Gi, 1Gi, 2Gi). Memory limits, no CPU limits, as kubeadm-like setups do. Given in
+    /// part, the rest is defaulted resource by resource (a memory limit never below the memory asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// How many instances run (etcd: 1, 3 or 5).
@@ -87,8 +91,24 @@ pub struct NestedComponentStatus {
     pub observed_generation: Option<i64>,
 }
 
+/// What the tenant API server holds each client to (the `nest` flavor renders them as `nest apiserver`'s flags;
+/// the `kubernetes` flavor's kube-apiserver has other knobs, set with `patches`). Unset, `nest apiserver`'s defaults.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct APIServerLimits {
+    /// Connections open at once (`--max-connections`, default 4096): more are closed as soon as they are accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub max_connections: Option<i32>,
+    /// Requests one user may have in flight, watches and log streams aside (`--max-requests-inflight-per-user`,
+    /// default 200): more are answered 429 Too Many Requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_requests_inflight_per_user: Option<i32>,
+}
+
 macro_rules! component {
-    ($spec:ident, $kind:literal, $short:literal, $doc:literal) => {
+    ($spec:ident, $kind:literal, $short:literal, $doc:literal $(, $(#[$field_meta:meta])* $field:ident: $ty:ty)*) => {
         #[doc = $doc]
         #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
         #[kube(
@@ -113,6 +133,7 @@ macro_rules! component {
         pub struct $spec {
             #[serde(flatten)]
             pub component: NestedComponentSpec,
+            $($(#[$field_meta])* pub $field: $ty,)*
         }
     };
 }
@@ -123,7 +144,15 @@ component!(
     "netcd",
     "The tenant's etcd: `replicas` members (1, 3 or 5) with a correct initial cluster."
 );
-component!(NestedAPIServerSpec, "NestedAPIServer", "nkas", "The tenant's API servers, behind one Service.");
+component!(
+    NestedAPIServerSpec,
+    "NestedAPIServer",
+    "nkas",
+    "The tenant's API servers, behind one Service.",
+    /// What the API server holds each client to.
+    #[serde(flatten)]
+    limits: APIServerLimits
+);
 component!(
     NestedControllerManagerSpec,
     "NestedControllerManager",

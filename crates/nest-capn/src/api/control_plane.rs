@@ -79,8 +79,9 @@ pub struct NestedControlPlaneSpec {
 pub struct ComponentOverrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd: Option<NestedComponentSpec>,
+    /// The API server's spec, with its [`super::APIServerLimits`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_server: Option<NestedComponentSpec>,
+    pub api_server: Option<super::NestedAPIServerSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller_manager: Option<NestedComponentSpec>,
 }

@@ -18,7 +18,7 @@ use super::{
     keep_transitions, look_again, names_of, owner, paused, report_paused, secret_data, set_status, within,
 };
 use crate::api::{
-    CLUSTER_NAME_LABEL, Cluster, Flavor, NestedAPIServer, NestedAPIServerSpec, NestedComponentSpec,
+    APIServerLimits, CLUSTER_NAME_LABEL, Cluster, Flavor, NestedAPIServer, NestedAPIServerSpec, NestedComponentSpec,
     NestedComponentStatus, NestedControlPlane, NestedControllerManager, NestedControllerManagerSpec, NestedEtcd,
     NestedEtcdSpec,
 };
@@ -38,18 +38,24 @@ pub(super) trait ComponentObject:
 {
     const COMPONENT: Component;
     const KIND: &'static str;
-    fn build(meta: ObjectMeta, spec: NestedComponentSpec) -> Self;
+    /// The object, with `limits` when it is an API server (other components have none).
+    fn build(meta: ObjectMeta, spec: NestedComponentSpec, limits: APIServerLimits) -> Self;
     fn component_spec(&self) -> &NestedComponentSpec;
     fn component_status(&self) -> Option<&NestedComponentStatus>;
+    /// What an API server holds its clients to; nothing for the other components.
+    fn limits(&self) -> APIServerLimits {
+        APIServerLimits::default()
+    }
 }
 
 macro_rules! component_object {
-    ($kind:ident, $spec:ident, $component:expr) => {
+    ($kind:ident, $spec:ident, $component:expr $(, $limits:ident)?) => {
         impl ComponentObject for $kind {
             const COMPONENT: Component = $component;
             const KIND: &'static str = stringify!($kind);
-            fn build(metadata: ObjectMeta, component: NestedComponentSpec) -> Self {
-                $kind { metadata, spec: $spec { component }, status: None }
+            #[allow(unused_variables)]
+            fn build(metadata: ObjectMeta, component: NestedComponentSpec, limits: APIServerLimits) -> Self {
+                $kind { metadata, spec: $spec { component $(, $limits: limits)? }, status: None }
             }
             fn component_spec(&self) -> &NestedComponentSpec {
                 &self.spec.component
@@ -57,12 +63,17 @@ macro_rules! component_object {
             fn component_status(&self) -> Option<&NestedComponentStatus> {
                 self.status.as_ref()
             }
+            $(
+                fn $limits(&self) -> APIServerLimits {
+                    self.spec.limits.clone()
+                }
+            )?
         }
     };
 }
 
 component_object!(NestedEtcd, NestedEtcdSpec, Component::Etcd);
-component_object!(NestedAPIServer, NestedAPIServerSpec, Component::ApiServer);
+component_object!(NestedAPIServer, NestedAPIServerSpec, Component::ApiServer, limits);
 component_object!(NestedControllerManager, NestedControllerManagerSpec, Component::ControllerManager);
 
 /// The control plane `component` belongs to: its controlling owner, else the one of its cluster.
@@ -133,7 +144,8 @@ pub(super) async fn reconcile<K: ComponentObject>(component: Arc<K>, context: Ar
         }
     }
     let ips = cluster_ips(client, &names).await?;
-    let inputs = plan.inputs(&spec, &ips);
+    let limits = component.limits();
+    let inputs = plan.inputs(&spec, &limits, &ips);
     if K::COMPONENT == Component::ApiServer && spec.replicas.unwrap_or(1) > render::replicas(K::COMPONENT, &inputs) {
         refusals.push("without an etcd the API server keeps its data itself, so it runs one replica".into());
     }

@@ -254,20 +254,20 @@ async fn step<K: ComponentObject>(
                 _ => target.to_string(),
             };
             let spec = component_spec(plane, component, &version);
+            let limits = crate::plan::api_server_limits(plane);
+            let meta = ObjectMeta {
+                name: Some(name),
+                namespace: Some(names.namespace.clone()),
+                labels: Some([(CLUSTER_NAME_LABEL.to_string(), names.cluster.clone())].into()),
+                owner_references: Some(vec![owner(plane)]),
+                ..Default::default()
+            };
+            let wanted = K::build(meta, spec, limits);
             let object = match existing {
                 Some(existing) => existing,
-                None => {
-                    let meta = ObjectMeta {
-                        name: Some(name),
-                        namespace: Some(names.namespace.clone()),
-                        labels: Some([(CLUSTER_NAME_LABEL.to_string(), names.cluster.clone())].into()),
-                        owner_references: Some(vec![owner(plane)]),
-                        ..Default::default()
-                    };
-                    ensure(&api, K::build(meta, spec.clone())).await?
-                }
+                None => ensure(&api, wanted.clone()).await?,
             };
-            Some(sync_spec(&api, object, &spec).await?)
+            Some(sync_spec(&api, object, &serde_json::to_value(&wanted)?["spec"]).await?)
         }
     };
     Ok(object.map(|o| ComponentState {

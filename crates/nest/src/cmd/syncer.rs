@@ -70,6 +70,17 @@ pub struct Args {
     /// Cluster annotation `tenancy.nest.dev/cap-<what>` (`cap-pods-objects`, …) sets its own.
     #[arg(long = "cap", value_name = "WHAT=VALUE", value_parser = parse_cap)]
     caps: Vec<(String, String)>,
+    /// What all of a tenant's pods may take together, `RESOURCE=AMOUNT` for pods, requests.cpu, requests.memory,
+    /// limits.cpu or limits.memory (defaults, sized for 10,000 pods of the default resources: 10000 pods, 100 and
+    /// 320Gi of requests, 5000 and 5Ti of limits); repeatable. A tenant's Cluster annotation
+    /// `tenancy.nest.dev/quota-<resource>` sets its own.
+    #[arg(long = "quota", value_name = "RESOURCE=AMOUNT", value_parser = parse_quota)]
+    quotas: Vec<(String, String)>,
+    /// What a tenant's container that does not say gets, `WHAT=AMOUNT` for cpu-limit, memory-limit, cpu-request or
+    /// memory-request (defaults: limits 500m and 512Mi, requests 10m and 32Mi), as a LimitRange in each of its
+    /// namespaces; repeatable. A tenant's Cluster annotation `tenancy.nest.dev/default-<what>` sets its own.
+    #[arg(long = "pod-default", value_name = "WHAT=AMOUNT", value_parser = parse_pod_default)]
+    pod_defaults: Vec<(String, String)>,
     /// A pod range of the management cluster besides its nodes' podCIDRs (which are read): tenants' Endpoints may
     /// name only their own pods in it, and never its first address (a node bridge's); repeatable.
     #[arg(long = "pod-cidr", value_name = "CIDR")]
@@ -87,6 +98,27 @@ fn parse_cap(text: &str) -> Result<(String, String), String> {
     Ok((what.to_string(), value.to_string()))
 }
 
+fn parse_quota(text: &str) -> Result<(String, String), String> {
+    let (what, value) = text.split_once('=').ok_or_else(|| format!("{text:?} is not RESOURCE=AMOUNT"))?;
+    if !nest_syncer::compute::Quota::default().set(what, value) {
+        return Err(format!(
+            "{text:?}: RESOURCE is one of {}, AMOUNT a quantity",
+            nest_syncer::compute::RESOURCES.join(", ")
+        ));
+    }
+    Ok((what.to_string(), value.to_string()))
+}
+
+fn parse_pod_default(text: &str) -> Result<(String, String), String> {
+    let (what, value) = text.split_once('=').ok_or_else(|| format!("{text:?} is not WHAT=AMOUNT"))?;
+    if !nest_syncer::compute::Defaults::default().set(what, value) {
+        return Err(format!(
+            "{text:?}: WHAT is cpu-limit, memory-limit, cpu-request or memory-request, AMOUNT a quantity above zero"
+        ));
+    }
+    Ok((what.to_string(), value.to_string()))
+}
+
 impl Args {
     /// The default policy with what the flags add.
     fn policy(&self) -> nest_syncer::policy::Policy {
@@ -100,6 +132,12 @@ impl Args {
         policy.priority_classes.extend(self.allow_priority_classes.iter().cloned());
         for (what, value) in &self.caps {
             policy.set_cap(what, value);
+        }
+        for (resource, amount) in &self.quotas {
+            policy.quota.set(resource, amount);
+        }
+        for (what, amount) in &self.pod_defaults {
+            policy.defaults.set(what, amount);
         }
         policy
     }
