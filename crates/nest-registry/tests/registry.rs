@@ -539,7 +539,7 @@ async fn built_in_bodies_are_decoded_against_their_kind() {
                     "metadata": {"labels": {"app": "web"}},
                     "spec": {"containers": [{
                         "name": "web", "image": "nginx", "bogus": extra,
-                        "resources": {"limits": {"cpu": 0.5, "memory": "64Mi"}, "requests": {"cpu": 1}},
+                        "resources": {"limits": {"cpu": 0.5, "memory": "64Mi"}, "requests": {"cpu": 0.25}},
                         "ports": [{"containerPort": 80}],
                     }]},
                 },

@@ -45,7 +45,9 @@ pub fn up(data: &Path) -> (Up, String) {
 pub fn up_with(data: &Path, args: &[&str]) -> (Up, String) {
     let lock = machine_lock();
     std::fs::create_dir_all(data).unwrap();
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(data.join(LOG)).unwrap();
+    // Only its owner reads it, as every file nest up keeps (the up test checks the data directory for that).
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let log = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(data.join(LOG)).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_nest"))
         .args(["up", "--listen", "127.0.0.1:0"])
         .args(args)
