@@ -132,6 +132,7 @@ impl Options {
                 pull_from: Vec::new(),
                 node: name.clone(),
                 image_size_limit: images::DEFAULT_SIZE_LIMIT,
+                tenant_share: process::tenants::Share::default(),
             },
             name,
             cpu: "4".into(),
@@ -227,6 +228,15 @@ pub async fn run(
             })
         }
     });
+    // Local storage limits, measured and enforced beside the pod loop (nothing to do without the process runtime).
+    let storage = async {
+        match runtime.clone() {
+            Some(runtime) => {
+                nest_client::supervise::restarting("storage", move || runtime.clone().enforce_storage()).await
+            }
+            None => std::future::pending().await,
+        }
+    };
     let sweeping = nest_client::supervise::restarting("sweep", {
         let context = context.clone();
         move || {
@@ -245,6 +255,7 @@ pub async fn run(
         result = kubelet => result,
         result = heartbeat(&client, &options, kubelet_port) => result,
         () = sweeping => Ok(()),
+        () = storage => Ok(()),
         () = wall => Err(anyhow::anyhow!("the network wall's watches of node {} ended", options.name)),
         () = shutdown => Ok(()),
     };

@@ -11,13 +11,18 @@
 //!   period ends. Children are killed if the node process dies (`PR_SET_PDEATHSIG`).
 //! - **Status.** Every change of a container is reported at once as the pod's status (phase, conditions, container
 //!   states, restart counts, last termination state).
+//! - **Shares and limits.** A tenant's pods run beneath its tenant's cgroup share ([`tenants`]); `emptyDir`
+//!   `sizeLimit`s, `ephemeral-storage` limits and claims' capacities are measured and a pod over one is evicted
+//!   ([`storage`], [`Runtime::enforce_storage`]).
 
 pub mod init;
 pub mod paths;
 pub mod prepare;
 pub mod sandbox;
+pub mod storage;
 mod subpath;
 mod supervise;
+pub mod tenants;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -52,6 +57,8 @@ pub struct Config {
     pub node: String,
     /// The most bytes an image may be, its blobs as pulled and its files once unpacked.
     pub image_size_limit: u64,
+    /// Each tenant's share of the node unless its pods' annotations say otherwise ([`tenants`]).
+    pub tenant_share: tenants::Share,
 }
 
 /// Where a container's process comes from.
@@ -125,7 +132,13 @@ impl Runtime {
             supervise::kill_leftovers(&entry.path().join("pids"));
         }
         let programs = config.allowlist.entries.iter().map(|e| e.executable.clone()).collect();
-        let sandboxes = sandbox::Sandboxes::new(&config.data_dir, &config.oci_runtime, &config.init, programs)?;
+        let sandboxes = sandbox::Sandboxes::new(
+            &config.data_dir,
+            &config.oci_runtime,
+            &config.init,
+            programs,
+            config.tenant_share,
+        )?;
         let images =
             crate::images::Store::open(&config.data_dir.join("images"))?.with_size_limit(config.image_size_limit);
         let pull_from =
@@ -391,6 +404,7 @@ impl Runtime {
         prepare::write_volumes(facts, &mut sources, &pod_dir, &claims_dir, false).await?;
         let fresh = Freshness { written: std::time::Instant::now(), renew_tokens: sources.renew_tokens_at };
         self.renewals.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.clone(), fresh);
+        let storage = storage::Limits::of(pod, &pod_dir, &claims_dir, &sources.claim_capacities)?;
         let chosen = self.sources(pod).map_err(|image| PrepareError::Config(format!("image {image} not allowed")))?;
         let spec = pod.spec.clone().unwrap_or_default();
         let containers: Vec<_> = spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect();
@@ -420,6 +434,8 @@ impl Runtime {
         }
         let address =
             facts.pod_ip.parse().map_err(|_| PrepareError::Network(format!("no address: {:?}", facts.pod_ip)))?;
+        // Beneath its tenant's share, made and written now (the pod keeps it until it is removed).
+        let placement = self.sandboxes.place(pod)?;
         // The pod's zone in the network wall: its tenant's (the label only the syncer and the provider write), or
         // the platform's.
         let labels = pod.labels();
@@ -431,7 +447,7 @@ impl Runtime {
             .await
             .map_err(|e| PrepareError::Network(e.to_string()))?;
         for (container, launch) in containers.iter().zip(&mut launches) {
-            match self.sandboxes.prepare(pod, container, launch, facts.pod_ip, netns.as_deref(), base) {
+            match self.sandboxes.prepare(pod, container, launch, facts.pod_ip, netns.as_deref(), base, &placement) {
                 Ok(sandboxed) => launch.sandbox = Some(Arc::new(sandboxed)),
                 Err(error) => {
                     // Nothing runs in the namespace yet: it goes, and the next try makes it again.
@@ -445,6 +461,7 @@ impl Runtime {
             host_ip: facts.host_ip.to_string(),
             pod_dir,
             backoff: self.config.crash_backoff,
+            storage,
         };
         let run = PodRun::start(self.client.clone(), self.events.clone(), pod, setting, launches);
         self.pods().insert(uid, run);
@@ -453,9 +470,15 @@ impl Runtime {
 
     /// Writes a running pod's ConfigMap, Secret, downward-API and projected volumes again, as the kubelet keeps them
     /// up to date: files that changed are replaced whole, already the pod's users'; its projected tokens are asked
-    /// for again once due ([`prepare::renew_at`]). Returns when to look again.
+    /// for again once due ([`prepare::renew_at`]); its tenant's share is written again if the pod says another
+    /// ([`sandbox::Sandboxes::place`]). Returns when to look again.
     pub async fn refresh(&self, pod: &Pod, facts: &prepare::PodFacts<'_>) -> Result<Duration, PrepareError> {
         let uid = pod.uid().unwrap_or_default();
+        // Its tenant's share, as the pod now says it (the syncer writes a changed share onto running pods); nothing
+        // is written when it is the share the tenant's directories hold.
+        if let Err(error) = self.sandboxes.place(pod) {
+            tracing::warn!(pod = %pod.name_any(), %error, "placing a running pod beneath its tenant's share");
+        }
         let last = self.renewals.lock().unwrap_or_else(|p| p.into_inner()).get(&uid).copied();
         let now = std::time::SystemTime::now();
         let due = last.and_then(|l| l.renew_tokens).filter(|at| *at <= now);
@@ -478,6 +501,36 @@ impl Runtime {
         self.renewals.lock().unwrap_or_else(|p| p.into_inner()).insert(uid, fresh);
         let until_renewal = renew_tokens.and_then(|at| at.duration_since(now).ok()).unwrap_or(VOLUME_REFRESH);
         Ok(until_renewal.min(VOLUME_REFRESH))
+    }
+
+    /// Measures the storage of every running pod that has a limit each [`storage::PERIOD`], and evicts those over
+    /// one ([`storage`]); runs until the node stops. Each pod is measured off the async threads, one after another,
+    /// so that measuring takes at most one thread however many files tenants make.
+    pub async fn enforce_storage(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(storage::PERIOD).await;
+            let runs: Vec<Arc<PodRun>> = self
+                .pods()
+                .values()
+                .filter(|run| run.storage.any() && !run.finished() && !run.evicted())
+                .cloned()
+                .collect();
+            for run in runs {
+                let limits = run.storage.clone();
+                let judged = tokio::task::spawn_blocking(move || {
+                    storage::verdict(&limits, |dir| storage::measure(dir, storage::MAX_ENTRIES))
+                })
+                .await;
+                match judged {
+                    Ok(Some(message)) => {
+                        // Stopping takes up to the grace period: the next pod is measured meanwhile.
+                        tokio::spawn(evict(run, message));
+                    }
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(%error, "measuring a pod's storage"),
+                }
+            }
+        }
     }
 
     /// Stops pod `uid`'s processes (SIGTERM, SIGKILL after `grace`) and waits for them. The pod stays known until
@@ -560,6 +613,25 @@ impl Runtime {
             .chain(status.container_statuses.iter().flatten())
             .map(|c| (c.name.clone(), c.restart_count))
             .collect()
+    }
+}
+
+/// Evicts `run`'s pod for `message` ([`PodRun::evict`]), then empties its `emptyDir`s, as the kubelet removes a
+/// terminated pod's volumes: what filled the disk is given back at once. Claims keep their files.
+async fn evict(run: Arc<PodRun>, message: String) {
+    let (namespace, name) = run.names();
+    tracing::info!(pod = %format!("{namespace}/{name}"), %message, "evicting a pod");
+    if !run.evict(&message, storage::EVICTION_GRACE).await {
+        return;
+    }
+    let dirs: Vec<PathBuf> = run.storage.empty_dirs.iter().map(|e| e.dir.clone()).collect();
+    let emptied = tokio::task::spawn_blocking(move || {
+        for dir in dirs {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    });
+    if let Err(error) = emptied.await {
+        tracing::warn!(%error, "emptying an evicted pod's volumes");
     }
 }
 

@@ -122,6 +122,8 @@ pub struct Sources {
     pub owner: Option<paths::Owner>,
     /// Whether projected tokens are asked for (at start, and when one is due for renewal), or left as they are.
     pub tokens: bool,
+    /// The capacity of each claim the pod's volumes name, by claim name, as [`write_volumes`] found them Bound.
+    pub claim_capacities: BTreeMap<String, super::storage::Limit>,
 }
 
 /// The longest a projected token is kept before it is asked for again, whatever it is valid for (the kubelet's
@@ -146,6 +148,7 @@ impl Sources {
             renew_tokens_at: None,
             owner: None,
             tokens: true,
+            claim_capacities: BTreeMap::new(),
         }
     }
 
@@ -507,6 +510,11 @@ pub async fn write_volumes(
             if phase != "Bound" || bound_to.is_empty() || claim.metadata.deletion_timestamp.is_some() {
                 return Err(mount(format!("persistentvolumeclaim {:?} is not bound", source.claim_name)));
             }
+            // Its directory is held to this size (`storage`): a claim without one is not mounted.
+            let Some(capacity) = super::storage::capacity(&claim) else {
+                return Err(mount(format!("persistentvolumeclaim {:?} has no capacity", source.claim_name)));
+            };
+            sources.claim_capacities.insert(source.claim_name.clone(), capacity);
         }
     }
     for volume in spec.volumes.iter().flatten() {

@@ -15,8 +15,9 @@
 //! - **Privileges.** No capability beyond Pod Security "baseline" (and those only in the container's user namespace),
 //!   `no_new_privs`, a seccomp filter refusing what Kubernetes' `RuntimeDefault` refuses (mounts, namespaces, kernel
 //!   modules, keyrings, BPF, `io_uring`, …), and cgroup limits: `resources.limits` memory and CPU, and at most
-//!   [`PIDS_LIMIT`] processes. A pod asking for more (`privileged`, host namespaces, more capabilities, another
-//!   seccomp profile) is refused with a reason, not started weaker than it asked.
+//!   [`PIDS_LIMIT`] processes; a tenant's pods all beneath its tenant's share ([`super::tenants`]). A pod asking for
+//!   more (`privileged`, host namespaces, more capabilities, another seccomp profile) is refused with a reason, not
+//!   started weaker than it asked.
 //! - **Lifetime.** The container's first process is nest's own init ([`super::init`], `/.nest/init`): it forwards
 //!   signals to the container's program, reaps orphans and dies with the OCI runtime, which dies with the node, so no
 //!   container outlives its node. A container killed for memory is reported `OOMKilled`.
@@ -41,6 +42,7 @@ use oci_spec::runtime::{
 };
 
 use super::prepare::{Launch, PrepareError};
+use super::tenants::{Hierarchy, Placement, Share, Tenants};
 
 /// Where the node's init is mounted in every container.
 pub const INIT_PATH: &str = "/.nest/init";
@@ -139,6 +141,8 @@ pub struct Sandboxes {
     bundles: PathBuf,
     /// The cgroup (relative to each hierarchy's root) every container of this node is beneath: `nest/<node>`.
     cgroups: PathBuf,
+    /// The tenants' cgroup subtrees beneath it.
+    tenants: Tenants,
     /// The node's own binary, mounted as every container's init.
     init: PathBuf,
     /// The allowlisted executables, mounted into every container (so exec probes can run them too).
@@ -207,8 +211,14 @@ pub struct Sandboxed {
 impl Sandboxes {
     /// The sandboxes of the node keeping its files in `data_dir`, with the OCI runtime `runtime` (looked up on `PATH`
     /// when it has no `/`). Fails, in one line, when the runtime is missing or cannot work here. Containers an earlier
-    /// run of this node left are removed.
-    pub fn new(data_dir: &Path, runtime: &Path, init: &Path, programs: Vec<PathBuf>) -> Result<Sandboxes, Unavailable> {
+    /// run of this node left are removed. A tenant's pods share `share` unless their annotations say otherwise.
+    pub fn new(
+        data_dir: &Path,
+        runtime: &Path,
+        init: &Path,
+        programs: Vec<PathBuf>,
+        share: Share,
+    ) -> Result<Sandboxes, Unavailable> {
         if !crate::prerequisites::answers(runtime, &["--version"]) {
             return Err(Unavailable(format!(
                 "the process runtime runs every pod in a sandbox through an OCI runtime, and {:?} does not run: \
@@ -224,11 +234,13 @@ impl Sandboxes {
             ));
         }
         let tag = format!("{:08x}", crc32fast::hash(data_dir.as_os_str().as_encoded_bytes()));
+        let cgroups = Path::new("nest").join(&tag);
         let sandboxes = Sandboxes {
             runtime: runtime.to_path_buf(),
             state: data_dir.join("runc"),
             bundles: Path::new(BUNDLES).join(&tag),
-            cgroups: Path::new("nest").join(&tag),
+            tenants: Tenants::new(&cgroups, Hierarchy::discover(), share),
+            cgroups,
             init: init.to_path_buf(),
             programs,
             users: Mutex::new(Users::load(data_dir.join("users"))),
@@ -248,7 +260,7 @@ impl Sandboxes {
         command
     }
 
-    /// Removes every container, bundle and cgroup of this node: none runs when it starts.
+    /// Removes every container, bundle and cgroup of this node (tenants' directories too): none runs when it starts.
     fn remove_leftovers(&self) {
         let listed = self.runtime_command().args(["list", "--quiet"]).output();
         for id in listed.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default().lines() {
@@ -261,6 +273,7 @@ impl Sandboxes {
                 self.remove_pod(&uid);
             }
         }
+        self.tenants.remove_all();
     }
 
     /// Forgets every bundle and cgroup of this node, once its containers have all stopped (the node is stopping;
@@ -272,21 +285,23 @@ impl Sandboxes {
             }
         }
         let _ = std::fs::remove_dir(&self.bundles);
+        self.tenants.remove_all();
         for hierarchy in cgroup_hierarchies() {
             let _ = std::fs::remove_dir(hierarchy.join(&self.cgroups));
         }
     }
 
-    /// Forgets pod `uid`'s bundles and cgroups (its containers have been deleted when they exited).
+    /// Forgets pod `uid`'s bundles and cgroups (its containers have been deleted when they exited), and its tenant's
+    /// directories when it was the tenant's last pod here.
     pub fn remove_pod(&self, uid: &str) {
         let _ = std::fs::remove_dir_all(self.bundles.join(uid));
-        for hierarchy in cgroup_hierarchies() {
-            let pod = hierarchy.join(&self.cgroups).join(uid);
-            for child in std::fs::read_dir(&pod).into_iter().flatten().flatten() {
-                let _ = std::fs::remove_dir(child.path());
-            }
-            let _ = std::fs::remove_dir(&pod);
-        }
+        self.tenants.release(uid);
+    }
+
+    /// Where the pod's containers' cgroups go: beneath its tenant's share (made and written now) for a tenant's
+    /// workload, else beneath the node's. Until [`Sandboxes::remove_pod`], the pod keeps its tenant's directories.
+    pub fn place(&self, pod: &Pod) -> Result<Placement, PrepareError> {
+        self.tenants.place(pod)
     }
 
     /// The first host user of the range of the pod's namespace.
@@ -324,7 +339,9 @@ impl Sandboxes {
     }
 
     /// Writes the bundle of `container` (index `index` of the pod's init containers and containers), whose process is
-    /// `launch`, and checks what it asks of its sandbox: what a sandbox cannot give is a `CreateContainerConfigError`.
+    /// `launch` and whose cgroup goes where `placement` says ([`Sandboxes::place`]), and checks what it asks of its
+    /// sandbox: what a sandbox cannot give is a `CreateContainerConfigError`.
+    #[allow(clippy::too_many_arguments)]
     pub fn prepare(
         &self,
         pod: &Pod,
@@ -333,6 +350,7 @@ impl Sandboxes {
         pod_ip: &str,
         netns: Option<&Path>,
         base: u32,
+        placement: &Placement,
     ) -> Result<Sandboxed, PrepareError> {
         let uid = pod.uid().unwrap_or_default();
         let name = super::paths::name(&container.name, "container name")?;
@@ -383,7 +401,8 @@ impl Sandboxes {
         let mut args = vec![INIT_PATH.to_string(), program.display().to_string()];
         args.extend(launch.args.iter().cloned());
         let cwd = launch.working_dir.clone().unwrap_or_else(|| "/".into());
-        let cgroup = self.cgroups.join(&uid).join(name);
+        let cgroup = placement.cgroup.join(name);
+        let tenant_quota = placement.tenant.as_ref().map(|(_, share)| share.cpu_quota_us());
         let files = open_files_limit();
         let config = || -> Result<oci_spec::runtime::Spec, oci_spec::OciSpecError> {
             let caps: oci_spec::runtime::Capabilities = capabilities.iter().copied().collect();
@@ -427,7 +446,7 @@ impl Sandboxes {
                 .uid_mappings(vec![mapping])
                 .gid_mappings(vec![mapping])
                 .cgroups_path(PathBuf::from("/").join(&cgroup))
-                .resources(resources(container)?)
+                .resources(resources(container, tenant_quota)?)
                 .seccomp(seccomp()?)
                 .masked_paths(oci_spec::runtime::get_default_maskedpaths())
                 .readonly_paths(oci_spec::runtime::get_default_readonly_paths())
@@ -554,17 +573,7 @@ impl Sandboxed {
 /// The roots of the cgroup hierarchies the runtime makes a container's cgroup in: each v1 hierarchy, or the one v2
 /// hierarchy.
 fn cgroup_hierarchies() -> Vec<PathBuf> {
-    let root = Path::new("/sys/fs/cgroup");
-    if root.join("cgroup.controllers").exists() {
-        return vec![root.to_path_buf()];
-    }
-    std::fs::read_dir(root)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect()
+    Hierarchy::discover().into_iter().map(|h| h.root).collect()
 }
 
 /// The node's own hard limit of open files: what every container gets (a user namespace cannot raise it).
@@ -930,8 +939,12 @@ fn capabilities(context: &SecurityContext) -> Result<Vec<Capability>, PrepareErr
 }
 
 /// cgroup limits from `resources.limits`: memory (without swap) and CPU as Kubernetes sets them, and the node's
-/// process limit.
-fn resources(container: &Container) -> Result<oci_spec::runtime::LinuxResources, oci_spec::OciSpecError> {
+/// process limit. A CPU limit is held at `tenant_quota`, the CFS quota of the tenant's share the container is beneath
+/// (in microseconds a 100 ms period): cgroup v1 refuses a quota above its parent's, and no more is to be had anyway.
+fn resources(
+    container: &Container,
+    tenant_quota: Option<u64>,
+) -> Result<oci_spec::runtime::LinuxResources, oci_spec::OciSpecError> {
     let limits = container.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default();
     let mut resources = LinuxResourcesBuilder::default()
         .devices(vec![LinuxDeviceCgroupBuilder::default().allow(false).access("rwm").build()?])
@@ -946,10 +959,12 @@ fn resources(container: &Container) -> Result<oci_spec::runtime::LinuxResources,
         }
     }
     if let Some(cpu) = limits.get("cpu") {
-        let period: u64 = 100_000;
+        let period = super::tenants::CPU_PERIOD_US;
         let quota = (nest_core::quantity::parse(&cpu.0).max(0.0) * period as f64).ceil() as i64;
         if quota > 0 {
-            resources = resources.cpu(LinuxCpuBuilder::default().quota(quota.max(1000)).period(period).build()?);
+            let most = tenant_quota.map_or(i64::MAX, |q| i64::try_from(q).unwrap_or(i64::MAX));
+            let quota = quota.max(1000).min(most);
+            resources = resources.cpu(LinuxCpuBuilder::default().quota(quota).period(period).build()?);
         }
     }
     resources.build()
@@ -1047,6 +1062,23 @@ mod tests {
     }
 
     #[test]
+    fn a_containers_cpu_limit_is_held_at_its_tenants_share() {
+        let container: Container = serde_json::from_value(serde_json::json!({
+            "name": "c", "resources": {"limits": {"cpu": "2", "memory": "64Mi"}},
+        }))
+        .unwrap();
+        let quota = |tenant: Option<u64>| {
+            let resources = resources(&container, tenant).unwrap();
+            resources.cpu().as_ref().and_then(|c| c.quota())
+        };
+        assert_eq!(quota(None), Some(200_000));
+        assert_eq!(quota(Some(50_000)), Some(50_000), "v1 refuses a quota above the parent's");
+        assert_eq!(quota(Some(1_000_000)), Some(200_000));
+        let memory = resources(&container, Some(50_000)).unwrap().memory().as_ref().and_then(|m| m.limit());
+        assert_eq!(memory, Some(64 << 20));
+    }
+
+    #[test]
     fn mount_paths_stay_out_of_the_sandboxs_own_directories() {
         assert_eq!(mount_path("/etc/config").unwrap(), PathBuf::from("/etc/config"));
         assert_eq!(mount_path("/dev/termination-log").unwrap(), PathBuf::from("/dev/termination-log"));
@@ -1058,7 +1090,13 @@ mod tests {
     #[test]
     fn a_missing_oci_runtime_is_one_line_saying_what_to_install() {
         let dir = tempfile::tempdir().unwrap();
-        let missing = Sandboxes::new(dir.path(), Path::new("/nonexistent/runc"), Path::new("/bin/true"), Vec::new());
+        let missing = Sandboxes::new(
+            dir.path(),
+            Path::new("/nonexistent/runc"),
+            Path::new("/bin/true"),
+            Vec::new(),
+            Share::default(),
+        );
         let error = missing.err().expect("no sandboxes without a runtime").to_string();
         assert!(error.contains("apt-get install runc") && !error.contains('\n'), "{error}");
     }

@@ -59,6 +59,8 @@ struct Shared {
     /// Set when the node, not the pod, is stopping: the pod's status is left as it was, so that the node starts
     /// the pod again when it comes back.
     silent: std::sync::atomic::AtomicBool,
+    /// Why the node evicted the pod, once it has: the pod is then `Failed`, with reason `Evicted`.
+    evicted: Mutex<Option<String>>,
 }
 
 /// Where and how a pod runs.
@@ -69,6 +71,8 @@ pub struct Setting {
     pub pod_dir: PathBuf,
     /// The first crash back-off.
     pub backoff: Duration,
+    /// What of the pod's storage is limited ([`super::storage`]).
+    pub storage: super::storage::Limits,
 }
 
 /// A running pod: stop it with [`PodRun::stop`].
@@ -78,6 +82,8 @@ pub struct PodRun {
     shared: Arc<Shared>,
     /// When the pod was started here.
     pub started: std::time::SystemTime,
+    /// What of the pod's storage is limited, and where it is.
+    pub storage: super::storage::Limits,
 }
 
 impl PodRun {
@@ -89,7 +95,7 @@ impl PodRun {
         setting: Setting,
         launches: Vec<Launch>,
     ) -> Arc<PodRun> {
-        let Setting { pod_ip, host_ip, pod_dir, backoff } = setting;
+        let Setting { pod_ip, host_ip, pod_dir, backoff, storage } = setting;
         let spec = pod.spec.clone().unwrap_or_default();
         let restarts = super::Runtime::restart_counts(pod);
         // A pod this node ran before (it was restarted) keeps counting restarts.
@@ -133,6 +139,7 @@ impl PodRun {
             containers: Mutex::new(containers),
             reporting: tokio::sync::Mutex::new(()),
             silent: std::sync::atomic::AtomicBool::new(false),
+            evicted: Mutex::new(None),
         });
         let (stop, stop_rx) = watch::channel(None);
         let (done_tx, done) = watch::channel(false);
@@ -154,7 +161,7 @@ impl PodRun {
             futures_util::future::join_all(containers).await;
             let _ = done_tx.send(true);
         });
-        Arc::new(PodRun { stop, done, shared, started: std::time::SystemTime::now() })
+        Arc::new(PodRun { stop, done, shared, started: std::time::SystemTime::now(), storage })
     }
 
     /// The pod's namespace and name.
@@ -177,6 +184,34 @@ impl PodRun {
     /// Whether every process of the pod has ended for good.
     pub fn finished(&self) -> bool {
         *self.done.borrow()
+    }
+
+    /// Whether the node has evicted the pod.
+    pub fn evicted(&self) -> bool {
+        self.shared.evicted.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// Evicts the pod as the kubelet's eviction manager does (`evictPod`): an `Evicted` Event with `message`, the
+    /// pod `Failed` with reason `Evicted` and `message`, and its processes stopped within `grace`. Returns once they
+    /// have; `false` when the pod was already evicted or had ended.
+    pub async fn evict(&self, message: &str, grace: Duration) -> bool {
+        {
+            let mut evicted = self.shared.evicted.lock().unwrap_or_else(|p| p.into_inner());
+            if evicted.is_some() || self.finished() {
+                return false;
+            }
+            *evicted = Some(message.to_string());
+        }
+        let about = crate::events::About {
+            namespace: self.shared.namespace.clone(),
+            name: self.shared.name.clone(),
+            uid: self.shared.uid.clone(),
+            field_path: None,
+        };
+        crate::events::record(&self.shared.events, &about, "Warning", super::storage::REASON, message);
+        self.shared.report().await;
+        self.stop(grace).await;
+        true
     }
 
     /// Stops the pod's processes because the node is stopping: nothing more is reported.
@@ -590,7 +625,13 @@ impl Shared {
             return;
         }
         let containers = self.containers.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let status = pod_status(&containers, &self.pod_ip, &self.host_ip, &self.start_time);
+        let mut status = pod_status(&containers, &self.pod_ip, &self.host_ip, &self.start_time);
+        if let Some(message) = self.evicted.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            // As the kubelet's eviction manager words it (`evictPod`): whatever its containers did, the pod failed.
+            status["phase"] = json!("Failed");
+            status["reason"] = json!(super::storage::REASON);
+            status["message"] = json!(message);
+        }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let patch = json!({"status": status});
         if let Err(error) = pods.patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {

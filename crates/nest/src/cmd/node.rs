@@ -74,6 +74,20 @@ pub struct Args {
     /// unpacked. A bigger one is not pulled, and its pod waits with `ErrImagePull`.
     #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = parse_bytes)]
     image_size_limit: u64,
+    /// The memory all of one tenant's pods on the node may take together (a quantity): the limit of the tenant's
+    /// cgroup subtree, where the kernel's OOM killer acts when they pass it. A pod's `tenancy.nest.dev/tenant-memory`
+    /// annotation, which the syncer writes from the tenant's Cluster, says otherwise. Tenants' pods are those the
+    /// syncer made (with its `tenancy.nest.dev/cluster` label); the defaults suit a machine of 24 GiB and 2 cores.
+    #[arg(long, value_name = "BYTES", default_value = "4Gi", value_parser = nest_node::process::tenants::memory_flag)]
+    tenant_memory: u64,
+    /// The CPU all of one tenant's pods on the node may take together, in cores (`1`, `500m`): a CFS quota, and a
+    /// weight against other tenants; `tenancy.nest.dev/tenant-cpu` says otherwise.
+    #[arg(long, value_name = "CORES", default_value = "1", value_parser = nest_node::process::tenants::cpu_flag)]
+    tenant_cpu: u64,
+    /// The processes and threads all of one tenant's pods on the node may have together;
+    /// `tenancy.nest.dev/tenant-pids` says otherwise.
+    #[arg(long, value_name = "COUNT", default_value = "4096", value_parser = nest_node::process::tenants::pids_flag)]
+    tenant_pids: u64,
 }
 
 /// A quantity of bytes, as `8Gi` or `500M`.
@@ -117,6 +131,11 @@ fn options(args: &Args, i: u8) -> nest_node::Options {
     options.process.oci_runtime = args.oci_runtime.clone();
     options.process.pull_from = args.pull_from.clone();
     options.process.image_size_limit = args.image_size_limit;
+    options.process.tenant_share = nest_node::process::tenants::Share {
+        memory: args.tenant_memory,
+        millicores: args.tenant_cpu,
+        pids: args.tenant_pids,
+    };
     if let Some(cidr) = &args.pod_cidr {
         options.pod_cidr = nth_range(cidr, i).unwrap_or_else(|| cidr.clone());
     }
