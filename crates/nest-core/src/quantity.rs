@@ -78,6 +78,30 @@ pub fn parse(text: &str) -> f64 {
     value(text).unwrap_or(0.0)
 }
 
+/// `value` of quota resource `resource` as upstream prints such quantities in its messages: cores (`cpu`,
+/// `requests.cpu`, `limits.cpu`) in whole numbers or millicores, bytes (`memory`, `requests.memory`,
+/// `limits.memory`) in the largest binary unit that divides them, anything else (counts) as it is. Values past what
+/// an i64 holds are held there.
+pub fn show(resource: &str, value: f64) -> String {
+    let whole = |v: f64| if v.is_nan() { 0 } else { v.round().clamp(i64::MIN as f64, i64::MAX as f64) as i64 };
+    if matches!(resource, "cpu" | "requests.cpu" | "limits.cpu") {
+        let milli = whole(value * 1000.0);
+        return if milli % 1000 == 0 { (milli / 1000).to_string() } else { format!("{milli}m") };
+    }
+    if matches!(resource, "memory" | "requests.memory" | "limits.memory") {
+        let bytes = whole(value);
+        for (suffix, factor) in
+            [("Ei", 1i64 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)]
+        {
+            if bytes != 0 && bytes % factor == 0 {
+                return format!("{}{suffix}", bytes / factor);
+            }
+        }
+        return bytes.to_string();
+    }
+    whole(value).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +118,16 @@ mod tests {
         assert_eq!(value("5."), Some(5.0));
         assert_eq!(value("-1"), Some(-1.0));
         assert_eq!(value("12E-1"), Some(1.2000000000000002));
+    }
+
+    #[test]
+    fn quota_resources_are_shown_as_upstream_shows_them() {
+        assert_eq!(show("requests.cpu", 0.5), "500m");
+        assert_eq!(show("limits.cpu", 2.0), "2");
+        assert_eq!(show("memory", 1024.0 * 1024.0 * 1024.0), "1Gi");
+        assert_eq!(show("requests.memory", 1000.0), "1000");
+        assert_eq!(show("pods", 3.0), "3");
+        assert_eq!(show("limits.memory", f64::INFINITY), "9223372036854775807");
     }
 
     #[test]

@@ -17,6 +17,23 @@ use sha2::Digest as _;
 /// Label on every management object of a tenant: the tenant's cluster key.
 pub const TENANT_LABEL: &str = "tenancy.nest.dev/cluster";
 
+/// Annotation the syncer puts on every object it makes for a tenant: the tenant object's UID. The node takes a pod
+/// with it (and [`TENANT_LABEL`]) for a tenant's workload.
+pub const TENANT_UID: &str = "tenancy.nest.dev/uid";
+
+/// A tenant's share of each node, which the syncer writes from its Cluster's annotations of the same names onto
+/// every pod of the tenant, and the node gives the tenant's cgroup subtree: memory (a quantity of bytes), CPU (a
+/// quantity of cores) and processes (a count), for all of its pods on the node together.
+pub const TENANT_MEMORY: &str = "tenancy.nest.dev/tenant-memory";
+/// See [`TENANT_MEMORY`].
+pub const TENANT_CPU: &str = "tenancy.nest.dev/tenant-cpu";
+/// See [`TENANT_MEMORY`].
+pub const TENANT_PIDS: &str = "tenancy.nest.dev/tenant-pids";
+
+/// Whether a tenant's pods may reach beyond the machine (`deny` keeps them in): a Cluster's annotation, which the
+/// syncer writes as a label on the tenant's pods, where the node's network wall reads it.
+pub const EGRESS: &str = "tenancy.nest.dev/egress";
+
 /// The longest DNS label.
 const LABEL_MAX: usize = 63;
 

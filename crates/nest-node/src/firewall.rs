@@ -40,7 +40,7 @@ use nest_core::tenancy::TENANT_LABEL;
 /// The label that turns a tenant's egress off (`deny`); the syncer sets it on a tenant's pods from its Cluster's
 /// annotation of the same name, and a tenant cannot set it itself (the syncer does not copy `tenancy.nest.dev/`
 /// metadata down).
-pub const EGRESS_LABEL: &str = "tenancy.nest.dev/egress";
+pub const EGRESS_LABEL: &str = nest_core::tenancy::EGRESS;
 
 /// The platform's zone: pods without a tenant.
 const PLATFORM: u32 = 1;

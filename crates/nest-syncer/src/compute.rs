@@ -42,7 +42,7 @@ pub const QUOTA_PREFIX: &str = "tenancy.nest.dev/quota-";
 /// The annotations of a Cluster that the syncer writes on every super pod of its tenant, for the node: the memory
 /// (a quantity), CPU (cores, a quantity) and processes (a count) all of the tenant's pods on a node may take together.
 pub const SHARE_ANNOTATIONS: [&str; 3] =
-    ["tenancy.nest.dev/tenant-memory", "tenancy.nest.dev/tenant-cpu", "tenancy.nest.dev/tenant-pids"];
+    [nest_core::tenancy::TENANT_MEMORY, nest_core::tenancy::TENANT_CPU, nest_core::tenancy::TENANT_PIDS];
 
 /// The resources a tenant's quota may hold, by ResourceQuota's names.
 pub const RESOURCES: [&str; 5] = ["pods", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"];
@@ -269,7 +269,11 @@ impl Quota {
             return Ok(());
         }
         let listing = |amount: &dyn Fn(&str) -> f64| {
-            exceeded.iter().map(|r| format!("{r}={}", show(r, amount(r)))).collect::<Vec<_>>().join(",")
+            exceeded
+                .iter()
+                .map(|r| format!("{r}={}", nest_core::quantity::show(r, amount(r))))
+                .collect::<Vec<_>>()
+                .join(",")
         };
         Err(format!(
             "pods {name:?} is forbidden: exceeded quota: {QUOTA}, requested: {}, used: {}, limited: {}",
@@ -278,27 +282,6 @@ impl Quota {
             listing(&|r| self.hard.get(r).copied().unwrap_or(0.0)),
         ))
     }
-}
-
-/// `value` of `resource` as upstream prints quantities: cores in whole numbers or millicores, bytes in the largest
-/// binary unit that divides them, counts as they are.
-fn show(resource: &str, value: f64) -> String {
-    if resource.ends_with("cpu") {
-        let milli = (value * 1000.0).round() as i64;
-        return if milli % 1000 == 0 { (milli / 1000).to_string() } else { format!("{milli}m") };
-    }
-    if resource.ends_with("memory") {
-        let bytes = value.round() as i64;
-        for (suffix, factor) in
-            [("Ei", 1i64 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)]
-        {
-            if bytes != 0 && bytes % factor == 0 {
-                return format!("{}{suffix}", bytes / factor);
-            }
-        }
-        return bytes.to_string();
-    }
-    (value.round() as i64).to_string()
 }
 
 /// The value of share annotation `annotation` ([`SHARE_ANNOTATIONS`]) the platform admin wrote, if it means

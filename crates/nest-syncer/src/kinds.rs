@@ -22,7 +22,7 @@ pub struct Mapping<'a> {
     /// The longest termination grace period a pod gets in the super cluster ([`policy::Policy`]).
     pub max_grace_period_seconds: u32,
     /// Whether the tenant's pods may not reach beyond the machine: their super pods are labelled so, and the node's
-    /// network wall holds them in ([`nest_node::firewall::EGRESS_LABEL`]).
+    /// network wall holds them in ([`nest_core::tenancy::EGRESS`]).
     pub egress_off: bool,
     /// The tenant's share of the node, written on its super pods ([`crate::compute::SHARE_ANNOTATIONS`] → value).
     pub share: &'a std::collections::BTreeMap<String, String>,
@@ -183,7 +183,7 @@ pub fn built_in() -> Vec<Kind> {
                 let mut pod = with(o, m, &[]);
                 pod["spec"] = pod_spec(&o["spec"], m, o["metadata"]["name"].as_str().unwrap_or_default());
                 if m.egress_off {
-                    pod["metadata"]["labels"][nest_node::firewall::EGRESS_LABEL] = json!("deny");
+                    pod["metadata"]["labels"][nest_core::tenancy::EGRESS] = json!("deny");
                 }
                 // The platform admin's word on the tenant's share of the node, for the node (a tenant's own
                 // annotations of these names were not copied: `with` keeps nest's prefixes out).

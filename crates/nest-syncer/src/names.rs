@@ -12,7 +12,7 @@ pub const TENANT_NAMESPACE: &str = "tenancy.nest.dev/namespace";
 /// Annotation: the tenant object's name.
 pub const TENANT_NAME: &str = "tenancy.nest.dev/name";
 /// Annotation: the tenant object's UID; the syncer changes or deletes a super object only when it matches.
-pub const TENANT_UID: &str = "tenancy.nest.dev/uid";
+pub use nest_core::tenancy::TENANT_UID;
 /// Annotation on a tenant Service: the ClusterIP of its super Service.
 pub const SUPER_CLUSTER_IP: &str = "tenancy.nest.dev/super-cluster-ip";
 /// Label on super StorageClasses, PriorityClasses and CRDs that every tenant gets a copy of (`"true"`).

@@ -117,7 +117,7 @@ impl Default for Policy {
 /// The annotation on a tenant's Cluster (or NestedControlPlane) adding to list `what` for that tenant.
 pub const ALLOW_PREFIX: &str = "tenancy.nest.dev/allow-";
 /// A Cluster's annotation that keeps its tenant's pods from reaching beyond the machine (`deny`).
-pub const EGRESS_ANNOTATION: &str = "tenancy.nest.dev/egress";
+pub const EGRESS_ANNOTATION: &str = nest_core::tenancy::EGRESS;
 /// The annotations setting a tenant's caps: `tenancy.nest.dev/cap-<plural>-objects: 100`, `…-bytes: 1Mi`, and
 /// `tenancy.nest.dev/cap-pods-grace-period-seconds: 600`.
 pub const CAP_PREFIX: &str = "tenancy.nest.dev/cap-";

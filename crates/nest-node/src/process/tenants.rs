@@ -35,15 +35,12 @@ pub use nest_core::tenancy::TENANT_LABEL;
 
 use super::prepare::PrepareError;
 
-/// Pod annotation: the memory all of the tenant's pods on the node may use together, a quantity of bytes (`4Gi`).
-pub const MEMORY_ANNOTATION: &str = "tenancy.nest.dev/tenant-memory";
-/// Pod annotation: the CPU all of the tenant's pods on the node may use together, a quantity of cores (`1`, `500m`):
-/// a CFS quota, and a weight against other tenants.
-pub const CPU_ANNOTATION: &str = "tenancy.nest.dev/tenant-cpu";
-/// Pod annotation: the processes and threads all of the tenant's pods on the node may have together, a count.
-pub const PIDS_ANNOTATION: &str = "tenancy.nest.dev/tenant-pids";
-/// Pod annotation the syncer puts on every pod it makes (the tenant pod's UID; `nest-syncer`'s `TENANT_UID`).
-pub const SYNCED_ANNOTATION: &str = "tenancy.nest.dev/uid";
+/// The pod annotations of a tenant's share, and the one every pod the syncer makes carries
+/// ([`nest_core::tenancy`]).
+pub use nest_core::tenancy::{
+    TENANT_CPU as CPU_ANNOTATION, TENANT_MEMORY as MEMORY_ANNOTATION, TENANT_PIDS as PIDS_ANNOTATION,
+    TENANT_UID as SYNCED_ANNOTATION,
+};
 
 /// The CFS period every quota is a part of (the kernel's and the kubelet's default, 100 ms).
 pub const CPU_PERIOD_US: u64 = 100_000;

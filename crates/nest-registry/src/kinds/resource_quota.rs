@@ -56,29 +56,11 @@ fn usage(pod: &Value) -> BTreeMap<&'static str, Option<f64>> {
     out
 }
 
-/// `value` of `resource` as upstream prints quantities: cores in whole numbers or millicores, bytes in the largest
-/// binary unit that divides them, counts as they are.
-fn show(resource: &str, value: f64) -> String {
-    if matches!(resource, "cpu" | "requests.cpu" | "limits.cpu") {
-        let milli = (value * 1000.0).round() as i64;
-        return if milli % 1000 == 0 { (milli / 1000).to_string() } else { format!("{milli}m") };
-    }
-    if matches!(resource, "memory" | "requests.memory" | "limits.memory") {
-        let bytes = value.round() as i64;
-        for (suffix, factor) in
-            [("Ei", 1i64 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)]
-        {
-            if bytes != 0 && bytes % factor == 0 {
-                return format!("{}{suffix}", bytes / factor);
-            }
-        }
-        return bytes.to_string();
-    }
-    (value.round() as i64).to_string()
-}
-
 fn listing(map: &BTreeMap<String, f64>) -> String {
-    map.iter().map(|(resource, value)| format!("{resource}={}", show(resource, *value))).collect::<Vec<_>>().join(",")
+    map.iter()
+        .map(|(resource, value)| format!("{resource}={}", nest_core::quantity::show(resource, *value)))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn finished(pod: &Value) -> bool {
@@ -198,8 +180,10 @@ impl ResourceQuota {
                     continue;
                 }
                 // The quota's status says what it holds with this pod; the swap orders admissions of one quota.
-                let with: serde_json::Map<String, Value> =
-                    hard.keys().map(|r| (r.clone(), json!(show(r, used[r] + requested[r])))).collect();
+                let with: serde_json::Map<String, Value> = hard
+                    .keys()
+                    .map(|r| (r.clone(), json!(nest_core::quantity::show(r, used[r] + requested[r]))))
+                    .collect();
                 let all_hard: serde_json::Map<String, Value> =
                     quota["spec"]["hard"].as_object().cloned().unwrap_or_default();
                 quota["status"] = json!({"hard": all_hard, "used": with});

@@ -74,6 +74,13 @@ pub struct Args {
     /// unpacked. A bigger one is not pulled, and its pod waits with `ErrImagePull`.
     #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = parse_bytes)]
     image_size_limit: u64,
+    #[command(flatten)]
+    tenant_share: TenantShare,
+}
+
+/// Each tenant's share of a node, the flags of `nest node` and `nest up`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TenantShare {
     /// The memory all of one tenant's pods on the node may take together (a quantity): the limit of the tenant's
     /// cgroup subtree, where the kernel's OOM killer acts when they pass it. A pod's `tenancy.nest.dev/tenant-memory`
     /// annotation, which the syncer writes from the tenant's Cluster, says otherwise. Tenants' pods are those the
@@ -88,6 +95,17 @@ pub struct Args {
     /// `tenancy.nest.dev/tenant-pids` says otherwise.
     #[arg(long, value_name = "COUNT", default_value = "4096", value_parser = nest_node::process::tenants::pids_flag)]
     tenant_pids: u64,
+}
+
+impl TenantShare {
+    /// The share as the node takes it.
+    pub fn share(&self) -> nest_node::process::tenants::Share {
+        nest_node::process::tenants::Share {
+            memory: self.tenant_memory,
+            millicores: self.tenant_cpu,
+            pids: self.tenant_pids,
+        }
+    }
 }
 
 /// A quantity of bytes, as `8Gi` or `500M`.
@@ -131,11 +149,7 @@ fn options(args: &Args, i: u8) -> nest_node::Options {
     options.process.oci_runtime = args.oci_runtime.clone();
     options.process.pull_from = args.pull_from.clone();
     options.process.image_size_limit = args.image_size_limit;
-    options.process.tenant_share = nest_node::process::tenants::Share {
-        memory: args.tenant_memory,
-        millicores: args.tenant_cpu,
-        pids: args.tenant_pids,
-    };
+    options.process.tenant_share = args.tenant_share.share();
     if let Some(cidr) = &args.pod_cidr {
         options.pod_cidr = nth_range(cidr, i).unwrap_or_else(|| cidr.clone());
     }

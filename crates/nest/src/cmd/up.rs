@@ -36,16 +36,9 @@ pub struct Args {
     /// The most an image may be, pulled and unpacked (see `nest node --help`).
     #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = super::node::parse_bytes)]
     image_size_limit: u64,
-    /// The memory all of one tenant's pods on the node may take together, unless its Cluster says otherwise
-    /// (see `nest node --help`).
-    #[arg(long, value_name = "BYTES", default_value = "4Gi", value_parser = nest_node::process::tenants::memory_flag)]
-    tenant_memory: u64,
-    /// The CPU all of one tenant's pods on the node may take together, in cores (see `nest node --help`).
-    #[arg(long, value_name = "CORES", default_value = "1", value_parser = nest_node::process::tenants::cpu_flag)]
-    tenant_cpu: u64,
-    /// The processes and threads all of one tenant's pods on the node may have together (see `nest node --help`).
-    #[arg(long, value_name = "COUNT", default_value = "4096", value_parser = nest_node::process::tenants::pids_flag)]
-    tenant_pids: u64,
+    /// Each tenant's share of the node (see `nest node --help`).
+    #[command(flatten)]
+    tenant_share: super::node::TenantShare,
     /// An image the node runs as an executable of this machine, `PATTERN=EXECUTABLE` (as `python=/usr/bin/python3`),
     /// inside the same sandbox, with this machine's system directories read-only; repeatable (see `nest node
     /// --help`). An image the node's store holds or can pull is run from the image instead.
@@ -261,11 +254,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     node.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
     node.process.pull_from = args.pull_from.clone();
     node.process.image_size_limit = args.image_size_limit;
-    node.process.tenant_share = nest_node::process::tenants::Share {
-        memory: args.tenant_memory,
-        millicores: args.tenant_cpu,
-        pids: args.tenant_pids,
-    };
+    node.process.tenant_share = args.tenant_share.share();
     // Any free port: the API server finds it in the Node's status.
     node.kubelet = Some((nest_node::kubelet::Tls { cert, key, client_ca }, 0));
     // The node holds a node's credential: the Node authorizer and NodeRestriction keep it to what its pods use and

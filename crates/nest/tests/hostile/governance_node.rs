@@ -28,11 +28,6 @@ fn restricted(name: &str, container: Value, volumes: Value) -> Value {
     })
 }
 
-fn create(platform: &Platform, who: Who, object: &Value) {
-    let out = platform.with_input(who, &["create", "-f", "-"], &object.to_string());
-    assert!(out.status.success(), "{who:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// The management copy of demo's pod `name` (the platform admin's view).
 fn management_pod(platform: &Platform, name: &str) -> Value {
     let pods = platform.json(Who::Admin, &["get", "pods", "-A", "-l", "tenancy.nest.dev/cluster"]);
@@ -69,14 +64,14 @@ fn peak(dir: &Path) -> u64 {
 fn a_tenant_takes_no_more_than_its_share_of_the_node() {
     let platform = Platform::start(&["--tenant-memory", "256Mi", "--allow-image", "python=/usr/bin/python3"]);
     let web = json!({"name": "web", "image": "nest", "args": ["debug", "http-echo", "--listen", "0.0.0.0:8080"]});
-    create(&platform, Who::Acme, &restricted("web", web, json!([])));
+    platform.create(Who::Acme, &restricted("web", web, json!([])));
 
     // demo's admin asks for 4 GiB (over any default the tenant would get) and takes 3,000 MiB.
     let hog = json!({
         "name": "hog", "image": "nest", "args": ["debug", "allocate", "--mebibytes", "3000"],
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "4Gi"}},
     });
-    create(&platform, Who::Demo, &restricted("hog", hog, json!([])));
+    platform.create(Who::Demo, &restricted("hog", hog, json!([])));
     // And writes 8 MiB into an emptyDir of 1 MiB.
     let write = "open('/scratch/f', 'wb').write(b'x' * (8 << 20))\nprint('written', flush=True)\n\
                  import time\ntime.sleep(3600)";
@@ -84,8 +79,7 @@ fn a_tenant_takes_no_more_than_its_share_of_the_node() {
         "name": "filler", "image": "python", "args": ["-c", write],
         "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
     });
-    create(
-        &platform,
+    platform.create(
         Who::Demo,
         &restricted("filler", filler, json!([{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}])),
     );
@@ -95,13 +89,13 @@ fn a_tenant_takes_no_more_than_its_share_of_the_node() {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}},
     });
-    create(&platform, Who::Demo, &claim);
+    platform.create(Who::Demo, &claim);
     let hoarder = json!({
         "name": "hoarder", "image": "python", "args": ["-c", write.replace("/scratch", "/data")],
         "volumeMounts": [{"name": "data", "mountPath": "/data"}],
     });
     let volumes = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]);
-    create(&platform, Who::Demo, &restricted("hoarder", hoarder, volumes));
+    platform.create(Who::Demo, &restricted("hoarder", hoarder, volumes));
 
     // The hog is killed for memory, as its own container, though its own limit was not reached.
     eventually(240, "demo's hog OOMKilled", || {

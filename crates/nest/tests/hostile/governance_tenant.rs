@@ -10,28 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::eventually;
-use crate::platform::{Platform, Who};
-
-/// A pod that restricted Pod Security admits, of an image no registry has (the node simulates it), saying nothing of
-/// its resources.
-fn pod(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "c", "image": "registry.invalid/none:1",
-                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
-            }],
-        },
-    })
-}
-
-fn create(platform: &Platform, who: Who, object: &Value) {
-    let out = platform.with_input(who, &["create", "-f", "-"], &object.to_string());
-    let name = &object["metadata"]["name"];
-    assert!(out.status.success(), "{who:?} creating {name}: {}", String::from_utf8_lossy(&out.stderr));
-}
+use crate::platform::{Platform, Who, restricted_pod};
 
 /// The management namespace of `tenant`'s namespace `default` (the platform admin's view), once the syncer made it.
 fn super_namespace(platform: &Platform, tenant: &str) -> Option<String> {
@@ -86,7 +65,7 @@ fn a_tenant_takes_no_more_than_its_platform_admin_gives_it() {
     std::thread::sleep(Duration::from_secs(3));
 
     // A pod that says nothing of its resources gets demo's defaults in the management cluster.
-    create(&platform, Who::Demo, &pod("bare"));
+    platform.create(Who::Demo, &restricted_pod("bare"));
     let mut copy = Value::Null;
     eventually(60, "demo's pod bare in the management cluster", || {
         copy = management_copy(&platform, "demo", "pod", "bare").unwrap_or(Value::Null);
@@ -110,7 +89,7 @@ fn a_tenant_takes_no_more_than_its_platform_admin_gives_it() {
     // upstream's ResourceQuota and go nowhere. (Two, then two more: the syncer's workers take pods made at once in
     // any order.)
     for name in ["second", "third"] {
-        create(&platform, Who::Demo, &pod(name));
+        platform.create(Who::Demo, &restricted_pod(name));
     }
     for name in ["second", "third"] {
         eventually(60, &format!("demo's pod {name} in the management cluster"), || {
@@ -118,7 +97,7 @@ fn a_tenant_takes_no_more_than_its_platform_admin_gives_it() {
         });
     }
     for name in ["fourth", "fifth"] {
-        create(&platform, Who::Demo, &pod(name));
+        platform.create(Who::Demo, &restricted_pod(name));
     }
     let refusal = "exceeded quota: nest-tenant-quota, requested: pods=1, used: pods=3, limited: pods=3";
     for name in ["fourth", "fifth"] {
@@ -137,9 +116,9 @@ fn a_tenant_takes_no_more_than_its_platform_admin_gives_it() {
     eprintln!("demo was told: {messages:?}");
 
     // acme is not held by demo's quota, and its own claim to a share of the node never reaches it.
-    let mut acme = pod("neighbour");
+    let mut acme = restricted_pod("neighbour");
     acme["metadata"]["annotations"] = json!({"tenancy.nest.dev/tenant-memory": "64Gi"});
-    create(&platform, Who::Acme, &acme);
+    platform.create(Who::Acme, &acme);
     let mut copy = Value::Null;
     eventually(60, "acme's pod in the management cluster", || {
         copy = management_copy(&platform, "acme", "pod", "neighbour").unwrap_or(Value::Null);
@@ -151,7 +130,7 @@ fn a_tenant_takes_no_more_than_its_platform_admin_gives_it() {
         copy["metadata"]["annotations"]
     );
     for name in ["second", "third", "fourth", "fifth"] {
-        create(&platform, Who::Acme, &pod(name));
+        platform.create(Who::Acme, &restricted_pod(name));
     }
     for name in ["second", "third", "fourth", "fifth"] {
         eventually(60, &format!("acme's pod {name} in the management cluster"), || {

@@ -81,6 +81,13 @@ impl Platform {
         child.wait_with_output().unwrap()
     }
 
+    /// kubectl as `who` creating `object`, which must succeed.
+    pub fn create(&self, who: Who, object: &Value) {
+        let out = self.with_input(who, &["create", "-f", "-"], &object.to_string());
+        let name = &object["metadata"]["name"];
+        assert!(out.status.success(), "{who:?} creating {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// Whether every part of the platform still serves: the management API server, both tenants' API servers and
     /// control planes (Ready), and the node (Ready, its pods reported).
     pub fn assert_serving(&self) {
@@ -110,6 +117,21 @@ impl Platform {
         let panics = up::panics_in(self.data.path());
         assert!(panics.is_empty(), "panics in the logs:\n{}", panics.join("\n"));
     }
+}
+
+/// A pod that restricted Pod Security (a tenant's default) admits, of an image no registry has (the node simulates
+/// it and gives it an address on the pod network), saying nothing of its resources.
+pub fn restricted_pod(name: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "c", "image": "registry.invalid/none:1",
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    })
 }
 
 /// `nest ARGS` as the platform admin; its standard output.

@@ -10,32 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::eventually;
-use crate::platform::{Platform, Who};
-
-/// A pod that restricted Pod Security (acme's) admits, of an image no registry has: the node simulates it, and
-/// gives it an address on the pod network.
-fn pod(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "c", "image": "registry.invalid/none:1",
-                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
-            }],
-        },
-    })
-}
-
-fn create(platform: &Platform, who: Who, object: &Value) {
-    let out = platform.with_input(who, &["create", "-f", "-"], &object.to_string());
-    assert!(
-        out.status.success(),
-        "{who:?} creating {}: {}",
-        object["metadata"]["name"],
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use crate::platform::{Platform, Who, restricted_pod};
 
 /// The address of tenant pod `name` once it runs.
 fn running_address(platform: &Platform, who: Who, name: &str) -> String {
@@ -91,9 +66,9 @@ fn what_a_tenant_writes_goes_down_only_as_far_as_the_management_cluster_allows()
     std::thread::sleep(Duration::from_secs(3));
 
     // The victims: a pod of acme, and acme's API server.
-    let mut victim = pod("victim");
+    let mut victim = restricted_pod("victim");
     victim["spec"]["terminationGracePeriodSeconds"] = json!(600);
-    create(&platform, Who::Acme, &victim);
+    platform.create(Who::Acme, &victim);
     let victim_address = running_address(&platform, Who::Acme, "victim");
     let management_pods = platform.json(Who::Admin, &["get", "pods", "-A"]);
     let control_plane = management_pods["items"]
@@ -111,7 +86,7 @@ fn what_a_tenant_writes_goes_down_only_as_far_as_the_management_cluster_allows()
 
     // demo's own pod, and one that asks for what only the management cluster may say, a grace period without end
     // and an ephemeral claim that names a volume, another tenant's selector and a data source.
-    create(&platform, Who::Demo, &pod("own"));
+    platform.create(Who::Demo, &restricted_pod("own"));
     let own_address = running_address(&platform, Who::Demo, "own");
     let forger = json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -129,7 +104,7 @@ fn what_a_tenant_writes_goes_down_only_as_far_as_the_management_cluster_allows()
                          "dataSource": {"kind": "PersistentVolumeClaim", "name": "acme-data"}}}}}],
         },
     });
-    create(&platform, Who::Demo, &forger);
+    platform.create(Who::Demo, &forger);
     let mut copy = Value::Null;
     eventually(60, "the forger's pod in the management cluster", || {
         copy = management_copy(&platform, "demo", "pod", "forger").unwrap_or(Value::Null);
@@ -186,7 +161,7 @@ fn what_a_tenant_writes_goes_down_only_as_far_as_the_management_cluster_allows()
 
     // An address allowed once stops being allowed when its pod is gone: the copy goes at the next patrol, so that
     // the address, given to another pod, never carries demo's traffic there.
-    create(&platform, Who::Demo, &pod("moving"));
+    platform.create(Who::Demo, &restricted_pod("moving"));
     let moving = running_address(&platform, Who::Demo, "moving");
     let out = platform.with_input(Who::Demo, &["create", "-f", "-"], &endpoints_to("stale", &moving));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
