@@ -20,8 +20,6 @@ use crate::auth::{Tokens, User};
 use crate::body::{Patch, apply_patch, decode_object, parse_json, parse_patch};
 use crate::discovery;
 
-/// The largest request body accepted (kube-apiserver's limit is 3 MiB).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// How long a watch lasts when the client does not say.
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The longest a watch may ask to last (`timeoutSeconds`): twice the default, the top of the range kube-apiserver
@@ -551,7 +549,7 @@ async fn serve(
     }
     // Otherwise the whole body is read first, whatever the answer will be: a body left unread makes the HTTP/1.1
     // connection unusable for the client's next request.
-    let body = read_body(body).await?;
+    let body = read_body(body, state.limits.max_request_bytes).await?;
     match path.as_str() {
         "/version" => {
             return Ok(json_response(StatusCode::OK, &discovery::version(state.kubernetes_version.as_deref())));
@@ -727,12 +725,18 @@ impl AsRef<[u8]> for ArcBytes {
     }
 }
 
-/// Reads a request body, refusing more than [`MAX_BODY`] bytes with 413.
-async fn read_body(body: Incoming) -> Result<Bytes> {
-    match Limited::new(body, MAX_BODY).collect().await {
+/// Reads a request body, refusing more than `limit` bytes (`--max-request-bytes`, [`crate::limits::Limits`]) with
+/// 413, in kube-apiserver's words (`limitedReadBody`, `k8s.io/apiserver/pkg/endpoints/handlers/rest.go`, 1.33). No
+/// more than `limit` bytes are ever held: the read stops at the first byte beyond.
+async fn read_body<B>(body: B, limit: usize) -> Result<Bytes>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            Err(ApiError::too_large(format!("the request body is over the limit of {MAX_BODY} bytes")))
+            Err(ApiError::too_large(format!("Request entity too large: limit is {limit}")))
         }
         Err(error) => Err(ApiError::bad_request(format!("reading the request body: {error}"))),
     }
@@ -1172,6 +1176,27 @@ fn watch_response(events: futures_util::stream::BoxStream<'static, Value>, timeo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_body_over_the_configured_limit_is_a_413_status() {
+        let limit = 1024;
+        let exactly = read_body(Full::new(Bytes::from(vec![b'x'; limit])), limit).await.unwrap();
+        assert_eq!(exactly.len(), limit, "a body of exactly the limit is read whole");
+        let error = read_body(Full::new(Bytes::from(vec![b'x'; limit + 1])), limit).await.unwrap_err();
+        let response = error_response(&error);
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let status: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(
+            (&status["kind"], &status["status"], &status["reason"], &status["code"]),
+            (&json!("Status"), &json!("Failure"), &json!("RequestEntityTooLarge"), &json!(413))
+        );
+        assert_eq!(status["message"], "Request entity too large: limit is 1024");
+        // The server's default is kube-apiserver's.
+        let limits = crate::limits::Limits::default();
+        assert_eq!(limits.max_request_bytes, 3 * 1024 * 1024);
+        let three_mib = read_body(Full::new(Bytes::from(vec![b'x'; 3 * 1024 * 1024])), limits.max_request_bytes);
+        assert!(three_mib.await.is_ok());
+    }
 
     #[test]
     fn a_watch_lasts_at_most_an_hour_whatever_it_asks() {

@@ -64,8 +64,10 @@ pub struct Config {
     pub pod_security: nest_registry::kinds::pod_security::Config,
     /// The admission plugins that run (`--enable-admission-plugins`, `--disable-admission-plugins`).
     pub admission_plugins: nest_registry::admission::Plugins,
-    /// What one client may take: connections, timeouts, requests in flight.
+    /// What one client may take: connections, timeouts, requests in flight, the size of a request's body.
     pub limits: limits::Limits,
+    /// The watch cache: how many changes it keeps per resource (`--default-watch-cache-size`).
+    pub watch_cache: nest_registry::cache::Config,
     /// How requests are authorized (`--authorization-mode`).
     pub authorization: authz::Mode,
     /// ServiceAccount tokens: issuer, audiences, keys.
@@ -120,7 +122,10 @@ pub async fn serve(
     };
     let service_accounts = tokens::Issuer::load(&config.service_accounts, &config.data_dir)?;
     let admission = nest_registry::admission::Chain::of(&config.admission_plugins, config.pod_security.clone());
-    let registry = Registry::open(store).await?.with_service_cidr(config.service_cidr).with_admission(admission);
+    let registry = Registry::open_with(store, config.watch_cache)
+        .await?
+        .with_service_cidr(config.service_cidr)
+        .with_admission(admission);
     registry.bootstrap(address).await?;
     let kubelet_tls = Arc::new(logs::kubelet_client(&pki)?);
     let kubernetes_version = config.kubernetes_version.clone();

@@ -1,8 +1,10 @@
-//! What one client can take of the server: connections (a cap, a TLS handshake deadline, an idle timeout) and
-//! requests in flight per user (429 beyond, a first step of API Priority and Fairness: one user's flood does not
-//! starve another's requests). Each refusal is counted for `/metrics`.
+//! What one client can take of the server: connections (a cap, a TLS handshake deadline, an idle timeout), requests
+//! in flight per user (429 beyond, a first step of API Priority and Fairness: one user's flood does not starve
+//! another's requests) and the size of a request's body (413 beyond). Each refusal of a connection or a request in
+//! flight is counted for `/metrics`.
 
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +27,17 @@ pub struct Limits {
     /// Requests one user may have in flight (watches and log streams, which last, do not count), as
     /// kube-apiserver's `--max-requests-inflight` but per user.
     pub max_inflight_per_user: usize,
+    /// The largest request body read (`--max-request-bytes`); a larger one is answered 413 `RequestEntityTooLarge`.
+    pub max_request_bytes: usize,
 }
+
+/// kube-apiserver's `MaxRequestBodyBytes` (3 MiB: `NewConfig` in `k8s.io/apiserver/pkg/server/config.go`, 1.33,
+/// which gives it no flag): the default of `--max-request-bytes`.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+
+/// What `--max-request-bytes` may be: from 1 KiB (less could not hold a small object) to 64 MiB (a body is held in
+/// memory whole before it is decoded; storage keeps no object over 1.5 MiB anyway).
+pub const MAX_REQUEST_BYTES_RANGE: RangeInclusive<usize> = 1024..=64 * 1024 * 1024;
 
 impl Default for Limits {
     fn default() -> Limits {
@@ -38,6 +50,7 @@ impl Default for Limits {
             // reuse one the server is closing.
             idle_timeout: Duration::from_secs(120),
             max_inflight_per_user: 200,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
         }
     }
 }

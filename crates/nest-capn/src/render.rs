@@ -224,13 +224,17 @@ pub fn values(component: Component, inputs: &Inputs) -> Result<BTreeMap<String, 
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     if component == Component::ApiServer {
-        // Bounded by the CRD's schema; held again here, for `nest render`'s input, which no server checked.
+        // Bounded by the CRD's schema; held again here, for `nest render`'s input, which no server checked: a value
+        // outside what the schema allows is left out (the flag keeps its default) rather than given to a server
+        // that would refuse to start with it.
         let limits = [
-            ("maxConnections", inputs.limits.max_connections),
-            ("maxRequestsInflightPerUser", inputs.limits.max_requests_inflight_per_user),
+            ("maxConnections", inputs.limits.max_connections, 1..=1_048_576),
+            ("maxRequestsInflightPerUser", inputs.limits.max_requests_inflight_per_user, 1..=100_000),
+            ("maxRequestBytes", inputs.limits.max_request_bytes, 1024..=67_108_864),
+            ("watchCacheSize", inputs.limits.watch_cache_size, 1..=100_000),
         ];
-        for (name, limit) in limits {
-            if let Some(limit) = limit.filter(|n| *n >= 1) {
+        for (name, limit, allowed) in limits {
+            if let Some(limit) = limit.filter(|n| allowed.contains(n)) {
                 values.insert(name.into(), limit.to_string());
             }
         }
@@ -363,8 +367,12 @@ mod tests {
         ips: &'a BTreeMap<String, String>,
         with_etcd: bool,
     ) -> Inputs<'a> {
-        static NO_LIMITS: APIServerLimits =
-            APIServerLimits { max_connections: None, max_requests_inflight_per_user: None };
+        static NO_LIMITS: APIServerLimits = APIServerLimits {
+            max_connections: None,
+            max_requests_inflight_per_user: None,
+            max_request_bytes: None,
+            watch_cache_size: None,
+        };
         Inputs {
             flavor: Flavor::Nest,
             names,
@@ -556,21 +564,57 @@ mod tests {
             set["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap().clone()
         };
         let flags = |args: &[Value]| -> Vec<String> {
-            args.iter().filter_map(Value::as_str).filter(|a| a.starts_with("--max-")).map(str::to_string).collect()
+            args.iter()
+                .filter_map(Value::as_str)
+                .filter(|a| a.starts_with("--max-") || a.starts_with("--default-watch-cache-size"))
+                .map(str::to_string)
+                .collect()
         };
         assert!(
             flags(&args(&APIServerLimits::default(), Component::ApiServer)).is_empty(),
             "nest apiserver's defaults"
         );
-        let limits = APIServerLimits { max_connections: Some(500), max_requests_inflight_per_user: Some(20) };
+        let limits = APIServerLimits {
+            max_connections: Some(500),
+            max_requests_inflight_per_user: Some(20),
+            max_request_bytes: Some(1_048_576),
+            watch_cache_size: Some(100),
+        };
         assert_eq!(
             flags(&args(&limits, Component::ApiServer)),
-            ["--max-connections=500", "--max-requests-inflight-per-user=20"]
+            [
+                "--max-connections=500",
+                "--max-requests-inflight-per-user=20",
+                "--max-request-bytes=1048576",
+                "--default-watch-cache-size=100"
+            ]
         );
         assert!(flags(&args(&limits, Component::ControllerManager)).is_empty());
-        // Past the schema (`nest render` reads objects no server checked): nothing below 1 is rendered.
-        let nonsense = APIServerLimits { max_connections: Some(0), max_requests_inflight_per_user: Some(i32::MIN) };
+        // Past the schema (`nest render` reads objects no server checked): nothing outside it is rendered.
+        let nonsense = APIServerLimits {
+            max_connections: Some(0),
+            max_requests_inflight_per_user: Some(i32::MIN),
+            max_request_bytes: Some(-1),
+            watch_cache_size: Some(0),
+        };
         assert!(flags(&args(&nonsense, Component::ApiServer)).is_empty());
+        let beyond = APIServerLimits {
+            max_connections: Some(i32::MAX),
+            max_requests_inflight_per_user: Some(100_001),
+            max_request_bytes: Some(1023),
+            watch_cache_size: Some(100_001),
+        };
+        assert!(flags(&args(&beyond, Component::ApiServer)).is_empty());
+        let too_big = APIServerLimits { max_request_bytes: Some(67_108_865), ..Default::default() };
+        assert!(flags(&args(&too_big, Component::ApiServer)).is_empty());
+        // The bounds themselves are taken.
+        let edges = APIServerLimits {
+            max_connections: Some(1_048_576),
+            max_requests_inflight_per_user: Some(1),
+            max_request_bytes: Some(1024),
+            watch_cache_size: Some(100_000),
+        };
+        assert_eq!(flags(&args(&edges, Component::ApiServer)).len(), 4);
     }
 
     #[test]

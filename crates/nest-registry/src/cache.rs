@@ -6,9 +6,17 @@
 //! [`Store::current_revision`] and needs no progress notifications, which etcd 3.4 cannot be trusted with.
 //!
 //! A resource's cache is built the first time a list or watch asks for it (one storage list), and from then on
-//! holds every object of that resource, decoded once, plus its last [`HISTORY`] changes. Each change is published to
-//! the resource's watchers through a broadcast channel. A watcher that falls [`BROADCAST`] changes behind is ended
-//! (kube-apiserver closes unresponsive watchers too); the client resumes from the last revision it saw.
+//! holds every object of that resource, decoded once, plus its last [`Config::history`] changes (`nest apiserver
+//! --default-watch-cache-size`, [`DEFAULT_HISTORY`] unless set). Each change is published to the resource's watchers
+//! through a broadcast channel. A watcher that falls [`BROADCAST`] changes behind is ended (kube-apiserver closes
+//! unresponsive watchers too); the client resumes from the last revision it saw.
+//!
+//! The history bounds how far back a watch may resume, as kube-apiserver's watch cache does
+//! (`getAllEventsSinceLocked`, `k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`, 1.33): once a resource's history
+//! has dropped a change, a watch from before that change is 410 `Expired`, "too old resource version", and the
+//! client lists again. A start before the cache was listed, with nothing dropped since, is one the cache never had
+//! rather than one it let go (caches are built when first asked for, and again after the storage watch ends): storage
+//! serves it, as far back as its own history goes.
 //!
 //! When the storage watch itself ends (history compacted or the watch overflowed), every cache is dropped, its
 //! watchers end, and caches are rebuilt on demand from a fresh list: nothing stale is ever served.
@@ -30,14 +38,32 @@ use tokio::sync::{Notify, broadcast, watch};
 
 use crate::meta;
 
-/// Changes kept per resource for watches that resume from a recent revision.
-pub const HISTORY: usize = 1024;
+/// Changes kept per resource for watches that resume from a recent revision, unless [`Config::history`] says
+/// otherwise. (kube-apiserver's `--default-watch-cache-size` is 100; nest has kept 1,024 from the start.)
+pub const DEFAULT_HISTORY: usize = 1024;
+/// The most changes per resource [`Config::history`] may ask for: each holds the object before and after the
+/// change, and a resource's history is held whether or not anyone watches.
+pub const MAX_HISTORY: usize = 100_000;
 /// Changes a watcher may fall behind before it is ended.
 pub const BROADCAST: usize = 1024;
 /// How long a consistent read waits for the cache to reach the storage revision before reading storage instead.
 pub const CATCH_UP: Duration = Duration::from_secs(1);
 /// The storage page size when a cache is built.
 const LOAD_PAGE: usize = 1000;
+
+/// How the watch cache is sized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Changes kept per resource (`--default-watch-cache-size`): a watch may resume from any revision they cover.
+    /// Held to 1..=[`MAX_HISTORY`].
+    pub history: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { history: DEFAULT_HISTORY }
+    }
+}
 
 /// What happened to an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +134,18 @@ pub struct Subscription {
     pub after: Revision,
 }
 
+/// What [`WatchCache::subscribe`] could do for a watcher.
+pub enum Subscribed {
+    /// The cache serves the watch.
+    Ready(Subscription),
+    /// The start is older than a change the resource's history has dropped: 410, "too old resource version:
+    /// `requested` (`oldest`)", where every change after `oldest` is still held.
+    TooOld { requested: Revision, oldest: Revision },
+    /// The cache cannot serve the watch (it started before the cache was listed, or the cache is unavailable) and
+    /// storage must.
+    ToStorage,
+}
+
 /// Where a watch starts.
 #[derive(Clone, Copy, Debug)]
 pub enum Start {
@@ -120,6 +158,8 @@ pub enum Start {
 /// The caches of every resource, fed by one storage watch.
 pub struct WatchCache {
     store: Arc<dyn Store>,
+    /// Changes kept per resource.
+    history: usize,
     state: Mutex<State>,
     /// The revision the cache is complete through, published after each change is applied.
     progress: watch::Sender<Revision>,
@@ -158,7 +198,14 @@ struct ResourceCache {
 }
 
 impl ResourceCache {
-    fn apply(&mut self, key: &str, revision: Revision, object: Option<Value>, deleted: bool) {
+    /// Whether the history has dropped a change since the cache was listed: it no longer covers every change after
+    /// the list.
+    fn dropped_any(&self) -> bool {
+        self.history_after > self.listed
+    }
+
+    /// Applies one change, keeping at most `history` of them.
+    fn apply(&mut self, history: usize, key: &str, revision: Revision, object: Option<Value>, deleted: bool) {
         if revision <= self.listed {
             return;
         }
@@ -175,7 +222,7 @@ impl ResourceCache {
             (false, Some(_)) => ChangeKind::Modified,
         };
         let change = Arc::new(Change { key, revision, kind, object, prev });
-        if self.history.len() == HISTORY
+        while self.history.len() >= history
             && let Some(oldest) = self.history.pop_front()
         {
             self.history_after = oldest.revision;
@@ -189,10 +236,11 @@ impl ResourceCache {
 impl WatchCache {
     /// Starts following `store` from its current revision. Needs a tokio runtime; the cache stops when the store
     /// closes.
-    pub async fn start(store: Arc<dyn Store>) -> nest_storage::Result<Arc<WatchCache>> {
+    pub async fn start(store: Arc<dyn Store>, config: Config) -> nest_storage::Result<Arc<WatchCache>> {
         let revision = store.current_revision().await?;
         let cache = Arc::new(WatchCache {
             store,
+            history: config.history.clamp(1, MAX_HISTORY),
             state: Mutex::new(State { revision, epoch: 0, resources: HashMap::new(), closed: false }),
             progress: watch::Sender::new(revision),
             loaded: Notify::new(),
@@ -249,7 +297,7 @@ impl WatchCache {
                     Slot::Loading(pending) => pending.push(event),
                     Slot::Ready(cache) => {
                         let deleted = event.kind == EventKind::Delete;
-                        cache.apply(&key, revision, decode(&event.value, revision), deleted);
+                        cache.apply(self.history, &key, revision, decode(&event.value, revision), deleted);
                     }
                 }
             }
@@ -334,29 +382,33 @@ impl WatchCache {
         }
     }
 
-    /// Starts a watcher of the resource under `prefix`; `None` when the cache cannot serve it (the start is older
-    /// than the history it holds, or it is unavailable) and storage must.
-    pub async fn subscribe(&self, prefix: &str, scope: &str, start: Start) -> Option<Subscription> {
+    /// Starts a watcher of the resource under `prefix`: [`Subscribed::TooOld`] when the start is older than a change
+    /// the history has dropped, [`Subscribed::ToStorage`] when it is older than the cache itself (or the cache is
+    /// unavailable).
+    pub async fn subscribe(&self, prefix: &str, scope: &str, start: Start) -> Subscribed {
         self.with_ready(prefix, |state, cache| {
             let revision = state.revision.max(cache.listed);
             match start {
-                Start::Now => Some(Subscription {
+                Start::Now => Subscribed::Ready(Subscription {
                     initial: in_scope(cache, scope),
                     replay: Vec::new(),
                     live: cache.watchers.subscribe(),
                     after: revision,
                 }),
-                Start::After(after) if after >= cache.history_after => Some(Subscription {
+                Start::After(after) if after >= cache.history_after => Subscribed::Ready(Subscription {
                     initial: Vec::new(),
                     replay: cache.history.iter().filter(|c| c.revision > after).cloned().collect(),
                     live: cache.watchers.subscribe(),
                     after: after.max(revision),
                 }),
-                Start::After(_) => None,
+                Start::After(after) if cache.dropped_any() => {
+                    Subscribed::TooOld { requested: after, oldest: cache.history_after }
+                }
+                Start::After(_) => Subscribed::ToStorage,
             }
         })
         .await
-        .flatten()
+        .unwrap_or(Subscribed::ToStorage)
     }
 
     /// Runs `read` on the resource's cache, building the cache first if needed.
@@ -418,7 +470,7 @@ impl WatchCache {
         for event in pending {
             let key = String::from_utf8_lossy(&event.key).into_owned();
             let object = decode(&event.value, event.revision);
-            cache.apply(&key, event.revision, object, event.kind == EventKind::Delete);
+            cache.apply(self.history, &key, event.revision, object, event.kind == EventKind::Delete);
         }
         state.resources.insert(prefix.to_string(), Slot::Ready(cache));
         true
@@ -479,6 +531,26 @@ pub(crate) fn decode(bytes: &[u8], revision: Revision) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_history_keeps_as_many_changes_as_configured_and_says_when_it_dropped_one() {
+        let mut cache = ResourceCache {
+            objects: BTreeMap::new(),
+            listed: Revision(10),
+            history: VecDeque::new(),
+            history_after: Revision(10),
+            watchers: broadcast::Sender::new(4),
+        };
+        let key = "/registry/core/configmaps/ns/a";
+        cache.apply(2, key, Revision(11), Some(json!({})), false);
+        cache.apply(2, key, Revision(12), Some(json!({})), false);
+        assert!(!cache.dropped_any(), "two changes fit in a history of two");
+        cache.apply(2, key, Revision(13), Some(json!({})), true);
+        let kept: Vec<(u64, ChangeKind)> = cache.history.iter().map(|c| (c.revision.0, c.kind)).collect();
+        assert_eq!(kept, [(12, ChangeKind::Modified), (13, ChangeKind::Deleted)]);
+        assert_eq!(cache.history_after, Revision(11), "every change after 11 is held");
+        assert!(cache.dropped_any());
+    }
 
     #[test]
     fn keys_file_under_their_resource() {

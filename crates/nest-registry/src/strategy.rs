@@ -179,7 +179,7 @@ mod tests {
     async fn a_lookup_reads_the_cache_and_storage_for_what_the_cache_has_not_seen() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path(), Default::default()).unwrap());
-        let cache = WatchCache::start(store.clone()).await.unwrap();
+        let cache = WatchCache::start(store.clone(), Default::default()).await.unwrap();
         let cidr: ServiceCidr = "10.96.0.0/12".parse().unwrap();
         let cluster = Cluster { store: store.as_ref(), cache: Some(&cache), service_cidr: &cidr };
         assert!(cluster.lookup(KEY).await.unwrap().is_none());

@@ -85,11 +85,16 @@ struct Fixture {
 
 impl Fixture {
     async fn new() -> Fixture {
+        Fixture::with_cache(Default::default()).await
+    }
+
+    /// A registry whose watch cache is sized by `cache` (`--default-watch-cache-size`).
+    async fn with_cache(cache: nest_registry::cache::Config) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let inner = EmbeddedStore::open(dir.path(), Default::default()).unwrap();
         let open = tokio::sync::watch::Sender::new(true);
         let store = Arc::new(Counted { inner, lists: Default::default(), watches: AtomicUsize::new(0), open });
-        let registry = Registry::open(store.clone()).await.unwrap();
+        let registry = Registry::open_with(store.clone(), cache).await.unwrap();
         registry.create(&cms(&registry, "namespaces"), "", json!({"metadata": {"name": "ns"}}), false).await.unwrap();
         Fixture { registry, store, _dir: dir }
     }
@@ -229,6 +234,41 @@ async fn watches_resume_from_the_cache_history_even_after_storage_compacts() {
         }
         assert!(tokio::time::Instant::now() < deadline, "bookmarks never reached the secret's revision");
     }
+}
+
+/// The history bounds how far back a watch resumes (`--default-watch-cache-size`, here 3): from a revision whose
+/// changes the history has dropped, the watch is one ERROR event, 410 `Expired` "too old resource version", as
+/// kube-apiserver's watch cache answers — never a storage watch that replays what the cache let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_older_than_a_small_history_is_410_too_old() {
+    let f = Fixture::with_cache(nest_registry::cache::Config { history: 3 }).await;
+    // Build the cache, then change configmaps five times: the history holds the last three.
+    f.names(&ListOptions::default()).await;
+    let a = f.put("a", json!({})).await;
+    let b = f.put("b", json!({})).await;
+    for name in ["c", "d", "e"] {
+        f.put(name, json!({})).await;
+    }
+    // A consistent list waits for the cache to have every change.
+    assert_eq!(f.names(&ListOptions::default()).await, ["a", "b", "c", "d", "e"]);
+    let watches = f.store.watches.load(Ordering::SeqCst);
+    let from = |obj: &Value| ListOptions { resource_version: Some(rv(obj).to_string()), ..Default::default() };
+
+    // From b's revision: every later change is still held.
+    let mut resumed = f.registry.watch(&f.configmaps(), Some("ns"), &from(&b), None).await.unwrap();
+    for name in ["c", "d", "e"] {
+        assert_eq!(summary(&next(&mut resumed).await), ("ADDED".into(), name.into()));
+    }
+
+    // From a's: b's change is gone from the history.
+    let mut expired = f.registry.watch(&f.configmaps(), Some("ns"), &from(&a), None).await.unwrap();
+    let error = next(&mut expired).await;
+    assert_eq!(error["type"], "ERROR");
+    let status = &error["object"];
+    assert_eq!((status["code"].as_i64(), status["reason"].as_str()), (Some(410), Some("Expired")), "{status}");
+    assert_eq!(status["message"], format!("too old resource version: {} ({})", rv(&a), rv(&b)));
+    assert!(tokio::time::timeout(Duration::from_secs(1), expired.next()).await.is_ok_and(|e| e.is_none()));
+    assert_eq!(f.store.watches.load(Ordering::SeqCst), watches, "no watch reached storage");
 }
 
 /// Updates start from the watch cache's copy, as kube-apiserver's do; with the cache held back behind storage, every

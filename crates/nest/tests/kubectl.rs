@@ -530,13 +530,28 @@ fn pod_security_defaults_and_exemptions_come_from_flags() {
 }
 
 /// A Node object is writable by whoever may patch nodes (a tenant's admin, in its own cluster): `kubectl logs` must
-/// not make this server dial what it names. A port beyond 65535 is refused, not truncated (65558 would be 22).
+/// not make this server dial what it names. A port beyond 65535 is refused where it enters (422), never truncated
+/// (65558 would be 22); a node with no port (0) serves no kubelet API.
 #[test]
 fn pod_logs_never_dial_a_port_no_kubelet_could_have_registered() {
     let server = Server::start(&Storage::Embedded);
     server.apply_manifest("apiVersion: v1\nkind: Node\nmetadata: {name: liar}\n");
-    let status = r#"{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}],"daemonEndpoints":{"kubeletEndpoint":{"Port":65558}}}}"#;
-    server.ok(&["patch", "node", "liar", "--subresource=status", "--type=merge", "-p", status]);
+    let status = |port: i64| {
+        format!(
+            r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"127.0.0.1"}}],"daemonEndpoints":{{"kubeletEndpoint":{{"Port":{port}}}}}}}}}"#
+        )
+    };
+    let refused =
+        server.kubectl(&["patch", "node", "liar", "--subresource=status", "--type=merge", "-p", &status(65558)]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && said.contains(
+                "status.daemonEndpoints.kubeletEndpoint.Port: Invalid value: 65558: must be between 1 and 65535, inclusive"
+            ),
+        "{said}"
+    );
+    server.ok(&["patch", "node", "liar", "--subresource=status", "--type=merge", "-p", &status(0)]);
     server.apply_manifest(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec: {nodeName: liar, containers: [{name: c, image: nginx}]}\n",
     );

@@ -1,7 +1,8 @@
 //! What one client can take of a real `nest apiserver` (issue 18): an idle TLS connection is closed after the idle
 //! timeout, connections beyond the cap are refused while a connected client goes on being served, and a user over its
-//! in-flight limit gets 429 while another user's requests succeed. Raw TLS and HTTP/1.1 from here (tokio-rustls,
-//! hyper), so what is measured is the server's doing, not a client's retries.
+//! in-flight limit gets 429 while another user's requests succeed; and (issue 33) a body over `--max-request-bytes`
+//! gets 413, a watch older than `--default-watch-cache-size` changes 410. Raw TLS and HTTP/1.1 from here
+//! (tokio-rustls, hyper), so what is measured is the server's doing, not a client's retries.
 
 mod common;
 
@@ -205,4 +206,37 @@ async fn requests_are_counted_by_verb_resource_and_code_and_made_up_paths_add_no
     assert_eq!(series(&after), series(&one), "{after}");
     let unserved = r#"verb="GET",resource="",code="404""#;
     assert_eq!(counted(&after, unserved), counted(&one, unserved).map(|n| n + 999), "{after}");
+}
+
+/// The caps a NestedControlPlane sets on its tenant's API server (issue 33), as flags: a body over
+/// `--max-request-bytes` is a 413 `Status` in kube-apiserver's words, and a watch from before the changes
+/// `--default-watch-cache-size` keeps is one ERROR event, 410 "too old resource version".
+#[test]
+fn the_request_body_limit_and_the_watch_cache_size_are_the_flags() {
+    let server = Server::start_with(&["--max-request-bytes", "2048", "--default-watch-cache-size", "2"]);
+    let configmap = |name: &str, size: usize| {
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                           "data": {"k": "x".repeat(size)}})
+    };
+    let (code, answer) = server.post_raw("/api/v1/namespaces/default/configmaps", &configmap("big", 4096));
+    assert_eq!(code, 413, "{answer}");
+    let status: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("RequestEntityTooLarge")));
+    assert_eq!(status["message"], "Request entity too large: limit is 2048");
+    assert_eq!(server.post_raw("/api/v1/namespaces/default/configmaps", &configmap("small", 1024)).0, 201);
+
+    // The cache is built and current; then four changes, of which it keeps two.
+    server.ok(&["get", "configmaps"]);
+    let first = server.json(&["create", "configmap", "w0"]);
+    for name in ["w1", "w2", "w3"] {
+        server.ok(&["create", "configmap", name]);
+    }
+    server.ok(&["get", "configmaps"]);
+    let rv = first["metadata"]["resourceVersion"].as_str().unwrap();
+    let watch = format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds=10");
+    let event: serde_json::Value = serde_json::from_str(server.ok(&["get", "--raw", &watch]).trim()).unwrap();
+    assert_eq!(event["type"], "ERROR", "{event}");
+    assert_eq!((event["object"]["code"].as_i64(), event["object"]["reason"].as_str()), (Some(410), Some("Expired")));
+    let message = event["object"]["message"].as_str().unwrap();
+    assert!(message.starts_with(&format!("too old resource version: {rv} (")), "{message}");
 }

@@ -91,8 +91,9 @@ pub struct NestedComponentStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// What the tenant API server holds each client to (the `nest` flavor renders them as `nest apiserver`'s flags;
-/// the `kubernetes` flavor's kube-apiserver has other knobs, set with `patches`). Unset, `nest apiserver`'s defaults.
+/// What the tenant API server holds each client to, and how much history it keeps for watches (the `nest` flavor
+/// renders them as `nest apiserver`'s flags; the `kubernetes` flavor's kube-apiserver has other knobs, set with
+/// `patches`). Unset, `nest apiserver`'s defaults.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct APIServerLimits {
@@ -105,6 +106,16 @@ pub struct APIServerLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100000))]
     pub max_requests_inflight_per_user: Option<i32>,
+    /// The largest request body, in bytes (`--max-request-bytes`, default 3 MiB as kube-apiserver's): larger ones are
+    /// answered 413 Request Entity Too Large.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = 67108864))]
+    pub max_request_bytes: Option<i32>,
+    /// Changes the watch cache keeps per resource (`--default-watch-cache-size`, default 1024): watches resume from
+    /// any revision they cover, and from an older one are answered 410 Gone and list again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub watch_cache_size: Option<i32>,
 }
 
 macro_rules! component {

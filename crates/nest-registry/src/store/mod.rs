@@ -11,7 +11,7 @@ use nest_storage::{Revision, Store};
 use serde_json::Value;
 
 use crate::admission::{self, UserInfo, Warnings};
-use crate::cache::WatchCache;
+use crate::cache::{self, WatchCache};
 use crate::catalog::{Catalog, ResourceInfo};
 use crate::error::{ApiError, Cause, Result, StorageResult};
 use crate::ipalloc::ServiceCidr;
@@ -178,8 +178,13 @@ impl Registry {
     ///
     /// [`Registry::new`] makes a registry without either: every read goes to storage.
     pub async fn open(store: Arc<dyn Store>) -> Result<Registry> {
+        Registry::open_with(store, cache::Config::default()).await
+    }
+
+    /// [`Registry::open`] with a watch cache sized by `cache` (`--default-watch-cache-size`).
+    pub async fn open_with(store: Arc<dyn Store>, cache: cache::Config) -> Result<Registry> {
         let mut registry = Registry::new(store, Catalog::builtin());
-        let cache = WatchCache::start(registry.store.clone()).await.storage()?;
+        let cache = WatchCache::start(registry.store.clone(), cache).await.storage()?;
         // Build the built-ins' caches now, as kube-apiserver does at start, so no client waits for the first list.
         let prefixes: Vec<String> =
             registry.catalog().resources().iter().map(|info| Self::prefix(info, None)).collect();

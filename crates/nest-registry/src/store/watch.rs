@@ -7,7 +7,7 @@ use futures_util::stream::{BoxStream, StreamExt};
 use nest_storage::{EventKind, Revision};
 use serde_json::{Value, json};
 
-use crate::cache::{self, Change, ChangeKind, Start, WatchCache};
+use crate::cache::{self, Change, ChangeKind, Start, Subscribed, WatchCache};
 use crate::catalog::ResourceInfo;
 use crate::error::{ApiError, Result, StorageResult};
 use crate::meta;
@@ -19,7 +19,9 @@ pub type WatchEvent = Value;
 
 impl Registry {
     /// WATCH: the changes after `resourceVersion` (or, when it is unset or "0", the current objects as ADDED events
-    /// first), filtered by the selectors. A start too old for the retained history yields one ERROR event (410).
+    /// first), filtered by the selectors. A start too old for the retained history — the watch cache's, once it has
+    /// dropped a change after the start, else storage's — yields one ERROR event (410), as kube-apiserver's cacher
+    /// answers once the resource version has parsed.
     pub async fn watch(
         &self,
         resource: &Resource,
@@ -37,10 +39,19 @@ impl Registry {
                 Some("0") => Some(Start::Now),
                 Some(v) => Some(Start::After(parse_rv(v)?)),
             };
-            if let Some(start) = start
-                && let Some(subscription) = cache.subscribe(&Self::prefix(&info, None), &prefix, start).await
-            {
-                return Ok(CachedWatch::stream(info, filter, prefix, subscription, cache.clone(), bookmark_every));
+            if let Some(start) = start {
+                match cache.subscribe(&Self::prefix(&info, None), &prefix, start).await {
+                    Subscribed::Ready(subscription) => {
+                        let cache = cache.clone();
+                        return Ok(CachedWatch::stream(info, filter, prefix, subscription, cache, bookmark_every));
+                    }
+                    Subscribed::TooOld { requested, oldest } => {
+                        let status = ApiError::expired(format!("too old resource version: {requested} ({oldest})"));
+                        let error = json!({"type": "ERROR", "object": status.to_status()});
+                        return Ok(futures_util::stream::iter([error]).boxed());
+                    }
+                    Subscribed::ToStorage => {}
+                }
             }
         }
         let rv = options.resource_version.as_deref().filter(|v| !v.is_empty() && *v != "0");

@@ -102,6 +102,17 @@ pub struct Args {
     /// Requests one user may have in flight (watches and log streams aside); more get 429 Too Many Requests.
     #[arg(long, value_name = "N", default_value_t = nest_apiserver::limits::Limits::default().max_inflight_per_user)]
     max_requests_inflight_per_user: usize,
+    /// The largest request body read, in bytes (1024 to 67108864; by default kube-apiserver's 3 MiB, which it gives
+    /// no flag); a larger one gets 413 Request Entity Too Large.
+    #[arg(long, value_name = "BYTES", default_value_t = nest_apiserver::limits::DEFAULT_MAX_REQUEST_BYTES,
+        value_parser = max_request_bytes())]
+    max_request_bytes: usize,
+    /// Changes the watch cache keeps per resource (1 to 100000), as kube-apiserver's flag of that name: a watch
+    /// resumes from any revision they cover, and from an older one gets 410 Gone (`too old resource version`) and
+    /// lists again.
+    #[arg(long, value_name = "N", default_value_t = nest_registry::cache::DEFAULT_HISTORY,
+        value_parser = default_watch_cache_size())]
+    default_watch_cache_size: usize,
     /// How often etcd's history is compacted (to the revision of one interval before), as kube-apiserver's
     /// `--etcd-compaction-interval`; API servers sharing an etcd take turns. `0s` never compacts.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::bench::parse_duration)]
@@ -115,6 +126,18 @@ pub struct Args {
     /// The client certificate's key.
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE", requires = "etcd_cafile")]
     etcd_keyfile: Option<PathBuf>,
+}
+
+/// `--max-request-bytes`: a number of bytes in [`nest_apiserver::limits::MAX_REQUEST_BYTES_RANGE`], refused by clap
+/// outside it.
+fn max_request_bytes() -> clap::builder::RangedU64ValueParser<usize> {
+    let range = nest_apiserver::limits::MAX_REQUEST_BYTES_RANGE;
+    clap::builder::RangedU64ValueParser::new().range(*range.start() as u64..=*range.end() as u64)
+}
+
+/// `--default-watch-cache-size`: 1 to [`nest_registry::cache::MAX_HISTORY`], refused by clap outside.
+fn default_watch_cache_size() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=nest_registry::cache::MAX_HISTORY as u64)
 }
 
 fn pod_security_policy(text: &str) -> Result<nest_registry::kinds::pod_security::Policy, String> {
@@ -212,8 +235,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             handshake_timeout: args.tls_handshake_timeout,
             idle_timeout: args.idle_timeout,
             max_inflight_per_user: args.max_requests_inflight_per_user.max(1),
+            max_request_bytes: args.max_request_bytes,
             ..Default::default()
         },
+        watch_cache: nest_registry::cache::Config { history: args.default_watch_cache_size },
     };
     let ready = |serving: &nest_apiserver::Serving| {
         eprintln!(
@@ -230,4 +255,45 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 fn store_name(storage: &str) -> &str {
     if storage == "embedded" { "embedded" } else { "etcd" }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    /// `nest apiserver`'s flags alone.
+    #[derive(Parser, Debug)]
+    struct Command {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    fn parse(flags: &[&str]) -> Result<super::Args, clap::Error> {
+        let argv = ["apiserver", "--data-dir", "/var/lib/nest"].iter().chain(flags);
+        Command::try_parse_from(argv).map(|c| c.args)
+    }
+
+    #[test]
+    fn the_body_limit_and_the_watch_cache_are_bounded_where_they_enter() {
+        let defaults = parse(&[]).unwrap();
+        assert_eq!((defaults.max_request_bytes, defaults.default_watch_cache_size), (3 * 1024 * 1024, 1024));
+        let set = parse(&["--max-request-bytes=1024", "--default-watch-cache-size=100000"]).unwrap();
+        assert_eq!((set.max_request_bytes, set.default_watch_cache_size), (1024, 100_000));
+        assert_eq!(parse(&["--max-request-bytes=67108864"]).unwrap().max_request_bytes, 64 * 1024 * 1024);
+        for refused in [
+            "--max-request-bytes=1023",
+            "--max-request-bytes=67108865",
+            "--max-request-bytes=0",
+            "--max-request-bytes=-1",
+            "--max-request-bytes=3Mi",
+            "--default-watch-cache-size=0",
+            "--default-watch-cache-size=100001",
+            "--default-watch-cache-size=18446744073709551616",
+        ] {
+            let error = parse(&[refused]).unwrap_err();
+            assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation, "{refused}: {error}");
+        }
+        let error = parse(&["--max-request-bytes=70"]).unwrap_err().to_string();
+        assert!(error.contains("70 is not in 1024..=67108864"), "{error}");
+    }
 }

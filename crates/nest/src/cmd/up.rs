@@ -153,6 +153,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         pod_security: Default::default(),
         admission_plugins: Default::default(),
         limits: Default::default(),
+        watch_cache: Default::default(),
         authorization: nest_apiserver::authz::Mode::NodeRbac,
         service_accounts: Default::default(),
         audit_log: args.audit_log_path.clone(),
