@@ -37,6 +37,9 @@ pub struct Kind {
     pub down: fn(&Value, &Mapping) -> Option<Value>,
     /// The top-level fields that are the object's content: a super object whose content differs has drifted.
     pub content: &'static [&'static str],
+    /// The content fields copied down exactly as they are (a ConfigMap's and a Secret's data), which the caches hold
+    /// only as a digest ([`crate::compact`]): the super copy has drifted when the digests differ.
+    pub verbatim: &'static [&'static str],
     /// Whether the super object's status is copied to the tenant object.
     pub status_up: bool,
     /// What the platform admin's policy says of the super object ([`crate::policy`]): a refusal names the field.
@@ -83,6 +86,7 @@ pub fn built_in() -> Vec<Kind> {
             resource: resource("", "v1", "ConfigMap"),
             down: |o, m| Some(with(o, m, &["data", "binaryData", "immutable"])),
             content: &["data", "binaryData"],
+            verbatim: &["data", "binaryData"],
             status_up: false,
             admit: anything,
             super_name: names::super_config_map,
@@ -97,6 +101,7 @@ pub fn built_in() -> Vec<Kind> {
                 (o["type"] != "kubernetes.io/service-account-token").then(|| with(o, m, &["type", "data", "immutable"]))
             },
             content: &["data"],
+            verbatim: &["data"],
             status_up: false,
             admit: anything,
             // Pods' token Secrets are the syncer's own ([`crate::tokens`]).
@@ -114,6 +119,7 @@ pub fn built_in() -> Vec<Kind> {
                 Some(account)
             },
             content: &["imagePullSecrets"],
+            verbatim: &[],
             status_up: false,
             admit: anything,
             super_name: same,
@@ -127,6 +133,7 @@ pub fn built_in() -> Vec<Kind> {
             // `sync.rs` checks the Service.
             down: |o, m| Some(with(o, m, &["subsets"])),
             content: &["subsets"],
+            verbatim: &[],
             status_up: false,
             admit: policy::endpoints,
             super_name: same,
@@ -143,6 +150,7 @@ pub fn built_in() -> Vec<Kind> {
                 Some(claim)
             },
             content: &[],
+            verbatim: &[],
             status_up: true,
             admit: anything,
             super_name: same,
@@ -170,6 +178,7 @@ pub fn built_in() -> Vec<Kind> {
                 Some(service)
             },
             content: &["spec"],
+            verbatim: &[],
             status_up: false,
             admit: |o, cx| policy::service(&o["spec"], cx),
             super_name: same,
@@ -193,6 +202,7 @@ pub fn built_in() -> Vec<Kind> {
                 Some(pod)
             },
             content: &[],
+            verbatim: &[],
             status_up: true,
             admit: |o, cx| policy::pod(&o["spec"], cx),
             super_name: same,
@@ -225,6 +235,7 @@ pub fn custom(group: &str, version: &str, kind: &str) -> Kind {
         resource,
         down: |o, m| Some(with(o, m, &["spec"])),
         content: &["spec"],
+        verbatim: &[],
         status_up: true,
         admit: anything,
         super_name: same,

@@ -190,14 +190,38 @@ fn prune_super_pod(pod: &mut DynamicObject) {
 
 /// Where a compacted tenant object keeps its body.
 const BODY: &str = "nest.dev/body";
+/// What a compacted object keeps of a content field it holds only as a digest ([`compact`]): the field's SHA-256
+/// (hex) and its size in bytes of JSON. A ConfigMap's or Secret's data maps strings to strings, so no real field is
+/// ever this object (its size is a number).
+const DIGEST: &str = "nest.dev/digest";
+const DIGESTED_BYTES: &str = "nest.dev/bytes";
+/// A verbatim field above this many bytes of JSON is cached as its digest: small ones cost less kept as they are.
+const DIGEST_ABOVE: usize = 512;
 
-/// Compacts a cached object (tenant objects, and the super objects made from them): without managedFields (the syncer never reads them), and with its body
-/// (everything but apiVersion, kind and metadata) kept as one JSON string instead of a tree of values — a tenth of
-/// the memory. The fields read on every pass stay as they are: `spec.nodeName`, `spec.selector`, `spec.volumeName`,
-/// and a pod's `status.phase`, `status.podIP` and `status.podIPs` (every Endpoints check reads every pod's).
-pub fn compact(object: &mut DynamicObject) {
+/// Compacts a cached object (tenant objects, and the super objects made from them): without managedFields (the
+/// syncer never reads them), with the fields in `verbatim` (content copied down as it is: a ConfigMap's or Secret's
+/// data, [`kinds::Kind::verbatim`]) held as their digest and size when larger than [`DIGEST_ABOVE`], and with the
+/// rest of its body (everything but apiVersion, kind and metadata) kept as one JSON string instead of a tree of
+/// values — a tenth of the memory. So a tenant's gigabyte of ConfigMaps costs the syncer a few hundred bytes each:
+/// what it needs to tell whether the super copy has the same data; the data itself is read from the tenant's API
+/// server when a copy must be written ([`sync`]). The fields read on every pass stay as they are: `spec.nodeName`,
+/// `spec.selector`, `spec.volumeName`, and a pod's `status.phase`, `status.podIP` and `status.podIPs` (every
+/// Endpoints check reads every pod's).
+pub fn compact(object: &mut DynamicObject, verbatim: &[&str]) {
     object.metadata.managed_fields = None;
-    let body = std::mem::take(&mut object.data);
+    let mut body = std::mem::take(&mut object.data);
+    let mut digested = 0usize;
+    for field in verbatim {
+        if let Some(value) = body.get_mut(*field)
+            && !value.is_null()
+        {
+            let text = value.to_string();
+            if text.len() > DIGEST_ABOVE {
+                digested = digested.saturating_add(text.len());
+                *value = serde_json::json!({DIGEST: digest(value), DIGESTED_BYTES: text.len()});
+            }
+        }
+    }
     let mut data = serde_json::Map::new();
     for (part, fields) in
         [("spec", &["nodeName", "selector", "volumeName"][..]), ("status", &["phase", "podIP", "podIPs"])]
@@ -211,10 +235,67 @@ pub fn compact(object: &mut DynamicObject) {
         }
     }
     data.insert(BODY.into(), serde_json::Value::String(body.to_string()));
+    if digested > 0 {
+        data.insert(DIGESTED_BYTES.into(), digested.into());
+    }
     object.data = serde_json::Value::Object(data);
 }
 
-/// A cached object whole, as the API served it (compacted or not).
+/// The SHA-256 of a JSON value in canonical form (object keys in order, whatever order the value keeps them in), as
+/// hex: equal values, however they were written, have equal digests.
+fn digest(value: &serde_json::Value) -> String {
+    use sha2::Digest;
+    fn feed(hasher: &mut sha2::Sha256, value: &serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                hasher.update(b"{");
+                for (key, value) in entries {
+                    hasher.update(serde_json::Value::String(key.clone()).to_string().as_bytes());
+                    hasher.update(b":");
+                    feed(hasher, value);
+                    hasher.update(b",");
+                }
+                hasher.update(b"}");
+            }
+            serde_json::Value::Array(items) => {
+                hasher.update(b"[");
+                for item in items {
+                    feed(hasher, item);
+                    hasher.update(b",");
+                }
+                hasher.update(b"]");
+            }
+            scalar => hasher.update(scalar.to_string().as_bytes()),
+        }
+    }
+    let mut hasher = sha2::Sha256::new();
+    feed(&mut hasher, value);
+    hasher.finalize().iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Whether a field of a cached object's body (as [`full`] gives it) is held only as a digest.
+pub fn is_digest(field: &serde_json::Value) -> bool {
+    field.get(DIGEST).is_some_and(serde_json::Value::is_string) && field[DIGESTED_BYTES].is_u64()
+}
+
+/// Whether any of `fields` of a cached object (as [`full`] gives it) is held only as a digest: to write it down, the
+/// whole object must be read first.
+pub fn digested(value: &serde_json::Value, fields: &[&str]) -> bool {
+    fields.iter().any(|field| is_digest(&value[*field]))
+}
+
+/// The bytes of JSON a cached object's body takes whole: what is kept, and what is held as a digest.
+pub fn cached_bytes(object: &DynamicObject) -> u64 {
+    let Some(body) = object.data.get(BODY).and_then(serde_json::Value::as_str) else {
+        return u64::try_from(object.data.to_string().len()).unwrap_or(u64::MAX);
+    };
+    let digested = object.data.get(DIGESTED_BYTES).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    u64::try_from(body.len()).unwrap_or(u64::MAX).saturating_add(digested)
+}
+
+/// A cached object whole, as the API served it (compacted or not), but for the fields held as a digest.
 pub fn full(object: &DynamicObject) -> serde_json::Value {
     let mut value = match object.data.get(BODY).and_then(serde_json::Value::as_str) {
         Some(body) => serde_json::from_str(body).unwrap_or_else(|_| serde_json::json!({})),
@@ -315,12 +396,14 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         let store = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(super_client.clone(), &kind.resource);
         let slot = syncer_slot.clone();
-        let pods = kind.name == "pods";
+        let (pods, verbatim) = (kind.name == "pods", kind.verbatim);
         let stream = watcher(api, tenant_selector.clone()).backoff(Retry::new()).modify(move |object| {
             if pods {
                 prune_super_pod(object);
             }
-            compact(object);
+            // The pods' token Secrets are the syncer's own, and it reads which tokens they hold.
+            let own = object.metadata.name.as_deref().is_some_and(|n| n.starts_with(tokens::SECRET_PREFIX));
+            compact(object, if own { &[] } else { verbatim });
         });
         let feed = reflector::reflector(writer, stream).touched_objects().for_each(move |object| {
             match (object, slot.get()) {
@@ -482,7 +565,7 @@ mod tests {
         });
         let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
         prune_super_pod(&mut object);
-        compact(&mut object);
+        compact(&mut object, &[]);
         let cached = full(&object);
         assert!(cached["spec"].get("volumes").is_none() && cached["spec"]["containers"][0].get("env").is_none());
         assert_eq!(compute::usage_of_pod(&cached), compute::usage_of_pod(&pod));
@@ -497,7 +580,7 @@ mod tests {
             "status": {"phase": "Running", "podIP": "10.128.0.5", "podIPs": [{"ip": "10.128.0.5"}], "hostIP": "h"},
         });
         let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
-        compact(&mut object);
+        compact(&mut object, &[]);
         assert_eq!(object.data["spec"], serde_json::json!({"nodeName": "node-1"}));
         assert_eq!(
             object.data["status"],
@@ -506,5 +589,42 @@ mod tests {
         let mut whole = full(&object);
         whole["metadata"].as_object_mut().unwrap().retain(|_, v| !v.is_null());
         assert_eq!(whole, pod);
+    }
+
+    #[test]
+    fn a_large_configmap_is_cached_as_a_digest_that_equal_data_shares() {
+        let big = "x".repeat(100_000);
+        let configmap = |data: serde_json::Value| {
+            serde_json::from_value::<DynamicObject>(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}, "data": data,
+            }))
+            .unwrap()
+        };
+        let verbatim = &["data", "binaryData"][..];
+        let mut one = configmap(serde_json::json!({"a": big, "b": "1"}));
+        compact(&mut one, verbatim);
+        // What the cache holds is a few hundred bytes; what the cap counts is the data's size.
+        assert!(serde_json::to_string(&one).unwrap().len() < 600, "{one:?}");
+        let whole = serde_json::json!({"a": big, "b": "1"}).to_string().len() as u64;
+        assert!(cached_bytes(&one) > whole, "{} <= {whole}", cached_bytes(&one));
+        let cached = full(&one);
+        assert!(digested(&cached, verbatim) && is_digest(&cached["data"]), "{cached}");
+        assert_eq!(cached["metadata"]["name"], "c");
+        // The same data written in another order has the same digest; other data another.
+        let mut map = serde_json::Map::new();
+        map.insert("b".into(), "1".into());
+        map.insert("a".into(), big.clone().into());
+        let mut same = configmap(serde_json::Value::Object(map));
+        compact(&mut same, verbatim);
+        assert_eq!(full(&same)["data"], cached["data"]);
+        let mut other = configmap(serde_json::json!({"a": big, "b": "2"}));
+        compact(&mut other, verbatim);
+        assert_ne!(full(&other)["data"], cached["data"]);
+        // Small data stays as it is, and data that only looks like a digest is data.
+        let look_alike = serde_json::json!({"nest.dev/digest": "00", "nest.dev/bytes": "5"});
+        let mut small = configmap(look_alike.clone());
+        compact(&mut small, verbatim);
+        assert_eq!(full(&small)["data"], look_alike);
+        assert!(!digested(&full(&small), verbatim));
     }
 }

@@ -449,7 +449,9 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         objects.push(writer.as_reader());
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
         let (queue_owner, key) = (syncer.clone(), found.key.clone());
-        let stream = watcher(api, Default::default()).backoff(crate::Retry::new()).modify(crate::compact);
+        let verbatim = kind.verbatim;
+        let stream =
+            watcher(api, Default::default()).backoff(crate::Retry::new()).modify(move |o| crate::compact(o, verbatim));
         let feed = reflector::reflector(writer, stream).touched_objects().for_each(move |object| {
             if let Err(error) = &object {
                 tracing::debug!(tenant = %key, %error, "watching the tenant");

@@ -167,7 +167,14 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
 
     // The same names in b: no collision, and b sees nothing of a.
     tenant_ok(&server, "b", dir, &["create", "deployment", "web", "--image=nginx", "--replicas=1"]);
-    tenant_ok(&server, "a", dir, &["create", "configmap", "only-a", "--from-literal=k=v"]);
+    // Larger than what the syncer's caches keep of a ConfigMap's data (they keep its digest).
+    let big = "x".repeat(4096);
+    tenant_ok(
+        &server,
+        "a",
+        dir,
+        &["create", "configmap", "only-a", "--from-literal=k=v", &format!("--from-literal=big={big}")],
+    );
     eventually(60, "b's pod running", || {
         running_on(&items(&tenant_json(&server, "b", dir, &["get", "pods"])), "host") == 1
     });
@@ -220,7 +227,16 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         let data = server.json(&["get", "configmap", "only-a", "-n", &a_default]);
         let labelled = server.json(&["get", "pod", &pod, "-n", &a_default]);
         let recreated = server.kubectl(&["get", "pod", &other, "-n", &a_default]).status.success();
-        data["data"]["k"] == "v" && labelled["metadata"]["labels"]["app"] == "web" && recreated
+        data["data"]["k"] == "v"
+            && data["data"]["big"] == big.as_str()
+            && labelled["metadata"]["labels"]["app"] == "web"
+            && recreated
+    });
+    // A change in the tenant goes down whole, though the caches hold the data as a digest.
+    tenant_ok(&server, "a", dir, &["patch", "configmap", "only-a", "--type=merge", "-p", r#"{"data":{"k":"v2"}}"#]);
+    eventually(30, "the tenant's change synced", || {
+        let data = server.json(&["get", "configmap", "only-a", "-n", &a_default]);
+        data["data"]["k"] == "v2" && data["data"]["big"] == big.as_str()
     });
     eventually(30, "the transparent label on the tenant pod", || {
         tenant_json(&server, "a", dir, &["get", "pod", &pod])["metadata"]["labels"]["transparency.tenancy.nest.dev/zone"]

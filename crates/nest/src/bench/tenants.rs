@@ -24,6 +24,11 @@ pub struct Args {
     /// Give up on a step after this long.
     #[arg(long, default_value = "300s", value_parser = parse_duration)]
     timeout: Duration,
+    /// The node's pod range. A loopback range keeps the tenants' control-plane pods on the host's network; any other
+    /// gives each pod a network namespace on the node's bridge behind the wall between tenants (as `nest up` does;
+    /// needs root, the CNI plugins and nftables), so that what the wall costs a tenant's start shows.
+    #[arg(long, default_value = "127.31.0.0/16")]
+    pod_cidr: String,
 }
 
 /// Memory of a set of processes, in MiB: resident (`rss`, counting the `nest` binary's pages, which every process
@@ -128,7 +133,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 "--pods",
                 "1000",
                 "--pod-cidr",
-                "127.31.0.0/16",
+                &args.pod_cidr,
                 "--data-dir",
                 &node_data,
                 "--ca-dir",
@@ -196,6 +201,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "all_ready_seconds": round(all.as_secs_f64()),
             "idle_mib_per_tenant": {"rss": mean(|m| m.rss), "pss": mean(|m| m.pss), "anon": mean(|m| m.anon)},
             "management_rss_mib": {"apiserver": server.rss_mib()},
+            "pod_cidr": args.pod_cidr,
         }));
     }
     Ok(())
