@@ -44,6 +44,11 @@ pub const DEFAULT_HISTORY: usize = 1024;
 /// The most changes per resource [`Config::history`] may ask for: each holds the object before and after the
 /// change, and a resource's history is held whether or not anyone watches.
 pub const MAX_HISTORY: usize = 100_000;
+/// The most a resource's history holds, in bytes of the objects its changes carry (as stored; a change that replaced
+/// an object counts it twice): however many changes it may keep, a flood of large objects (a tenant's megabyte
+/// ConfigMaps, copied down) is not held once it is gone. A watch from before what was dropped is told 410 and lists
+/// again, as one that fell behind any bound is.
+pub const MAX_HISTORY_BYTES: usize = 8 << 20;
 /// Changes a watcher may fall behind before it is ended.
 pub const BROADCAST: usize = 1024;
 /// How long a consistent read waits for the cache to reach the storage revision before reading storage instead.
@@ -112,6 +117,8 @@ pub struct Change {
     pub object: Arc<Cached>,
     /// The object before the change, if it existed.
     pub prev: Option<Arc<Cached>>,
+    /// What the change holds, in bytes as stored (counted against [`MAX_HISTORY_BYTES`]).
+    bytes: usize,
 }
 
 /// A consistent view of one resource.
@@ -192,6 +199,8 @@ struct ResourceCache {
     /// The revision the cache was listed at: changes at or before it are already in `objects`.
     listed: Revision,
     history: VecDeque<Arc<Change>>,
+    /// The bytes `history`'s changes hold.
+    history_bytes: usize,
     /// `history` holds every change after this revision.
     history_after: Revision,
     watchers: broadcast::Sender<Arc<Change>>,
@@ -204,8 +213,16 @@ impl ResourceCache {
         self.history_after > self.listed
     }
 
-    /// Applies one change, keeping at most `history` of them.
-    fn apply(&mut self, history: usize, key: &str, revision: Revision, object: Option<Value>, deleted: bool) {
+    /// Applies one change (of `size` bytes as stored), keeping at most `history` of them and
+    /// [`MAX_HISTORY_BYTES`] of what they hold.
+    fn apply(
+        &mut self,
+        history: usize,
+        key: &str,
+        revision: Revision,
+        (object, size): (Option<Value>, usize),
+        deleted: bool,
+    ) {
         if revision <= self.listed {
             return;
         }
@@ -221,12 +238,15 @@ impl ResourceCache {
             (false, None) => ChangeKind::Added,
             (false, Some(_)) => ChangeKind::Modified,
         };
-        let change = Arc::new(Change { key, revision, kind, object, prev });
-        while self.history.len() >= history
+        let bytes = if prev.is_some() { size.saturating_mul(2) } else { size };
+        let change = Arc::new(Change { key, revision, kind, object, prev, bytes });
+        while (self.history.len() >= history || self.history_bytes.saturating_add(bytes) > MAX_HISTORY_BYTES)
             && let Some(oldest) = self.history.pop_front()
         {
             self.history_after = oldest.revision;
+            self.history_bytes = self.history_bytes.saturating_sub(oldest.bytes);
         }
+        self.history_bytes = self.history_bytes.saturating_add(bytes);
         self.history.push_back(change.clone());
         // No receivers is not an error here.
         let _ = self.watchers.send(change);
@@ -297,7 +317,8 @@ impl WatchCache {
                     Slot::Loading(pending) => pending.push(event),
                     Slot::Ready(cache) => {
                         let deleted = event.kind == EventKind::Delete;
-                        cache.apply(self.history, &key, revision, decode(&event.value, revision), deleted);
+                        let change = (decode(&event.value, revision), event.value.len());
+                        cache.apply(self.history, &key, revision, change, deleted);
                     }
                 }
             }
@@ -464,13 +485,14 @@ impl WatchCache {
             objects: items,
             listed: revision,
             history: VecDeque::new(),
+            history_bytes: 0,
             history_after: revision,
             watchers: broadcast::Sender::new(BROADCAST),
         };
         for event in pending {
             let key = String::from_utf8_lossy(&event.key).into_owned();
-            let object = decode(&event.value, event.revision);
-            cache.apply(self.history, &key, event.revision, object, event.kind == EventKind::Delete);
+            let change = (decode(&event.value, event.revision), event.value.len());
+            cache.apply(self.history, &key, event.revision, change, event.kind == EventKind::Delete);
         }
         state.resources.insert(prefix.to_string(), Slot::Ready(cache));
         true
@@ -538,18 +560,51 @@ mod tests {
             objects: BTreeMap::new(),
             listed: Revision(10),
             history: VecDeque::new(),
+            history_bytes: 0,
             history_after: Revision(10),
             watchers: broadcast::Sender::new(4),
         };
         let key = "/registry/core/configmaps/ns/a";
-        cache.apply(2, key, Revision(11), Some(json!({})), false);
-        cache.apply(2, key, Revision(12), Some(json!({})), false);
+        cache.apply(2, key, Revision(11), (Some(json!({})), 2), false);
+        cache.apply(2, key, Revision(12), (Some(json!({})), 2), false);
         assert!(!cache.dropped_any(), "two changes fit in a history of two");
-        cache.apply(2, key, Revision(13), Some(json!({})), true);
+        cache.apply(2, key, Revision(13), (Some(json!({})), 2), true);
         let kept: Vec<(u64, ChangeKind)> = cache.history.iter().map(|c| (c.revision.0, c.kind)).collect();
         assert_eq!(kept, [(12, ChangeKind::Modified), (13, ChangeKind::Deleted)]);
         assert_eq!(cache.history_after, Revision(11), "every change after 11 is held");
         assert!(cache.dropped_any());
+    }
+
+    #[test]
+    fn the_history_holds_no_more_than_its_bytes_of_large_objects() {
+        let mut cache = ResourceCache {
+            objects: BTreeMap::new(),
+            listed: Revision(0),
+            history: VecDeque::new(),
+            history_bytes: 0,
+            history_after: Revision(0),
+            watchers: broadcast::Sender::new(4),
+        };
+        // Megabyte objects, made and deleted: a history of 1,024 changes keeps only what fits in its bytes.
+        let megabyte = 1 << 20;
+        for i in 0..20u64 {
+            let key = format!("/registry/core/configmaps/ns/c{i}");
+            cache.apply(1024, &key, Revision(2 * i + 1), (Some(json!({})), megabyte), false);
+            cache.apply(1024, &key, Revision(2 * i + 2), (Some(json!({})), megabyte), true);
+        }
+        assert!(cache.history_bytes <= MAX_HISTORY_BYTES, "{}", cache.history_bytes);
+        assert_eq!(cache.history_bytes, cache.history.iter().map(|c| c.bytes).sum::<usize>());
+        assert!(cache.history.len() < 10 && cache.dropped_any(), "{}", cache.history.len());
+        assert_eq!(cache.history.back().map(|c| c.revision), Some(Revision(40)), "the newest change is kept");
+        // One change larger than the whole budget is still kept (a watcher must see it), alone.
+        cache.apply(
+            1024,
+            "/registry/core/configmaps/ns/big",
+            Revision(41),
+            (Some(json!({})), 2 * MAX_HISTORY_BYTES),
+            false,
+        );
+        assert_eq!(cache.history.len(), 1);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod bench;
 mod cmd;
+mod memory;
 
 use clap::{Parser, Subcommand};
 
@@ -85,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    memory::give_back_freed();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Command::Up(args) => runtime.block_on(cmd::up::run(args)),

@@ -113,7 +113,11 @@ pub(super) async fn wait_provisioned(
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let server = ApiServer::start_with(None, &["--service-cidr", "127.97.0.0/16"]).await?;
+    // Pods in network namespaces of their own reach Services through addresses the proxy makes local to the
+    // machine, as on `nest up`; pods on the host's network reach loopback ones.
+    let bridged = !args.pod_cidr.starts_with("127.");
+    let services = if bridged { "10.232.0.0/16" } else { "127.97.0.0/16" };
+    let server = ApiServer::start_with(None, &["--service-cidr", services]).await?;
     let kubeconfig = server.data.path().join("admin.kubeconfig");
     let pki = server.data.path().join("pki").display().to_string();
     let node_dir = tempfile::tempdir()?;
@@ -121,7 +125,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let _components = [
         component(&["controller-manager", "--local-volumes"], &kubeconfig)?,
         component(&["scheduler"], &kubeconfig)?,
-        component(&["proxy"], &kubeconfig)?,
+        if bridged {
+            component(&["proxy", "--service-cidr", services], &kubeconfig)?
+        } else {
+            component(&["proxy"], &kubeconfig)?
+        },
         component(&["manager"], &kubeconfig)?,
         component(
             &[

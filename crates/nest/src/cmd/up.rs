@@ -60,6 +60,8 @@ pub struct Args {
 /// range (`10.96.0.0/12`), so that an address a tenant's Service holds in its own cluster never names one of the
 /// management cluster's Services.
 const SERVICE_CIDR: &str = "10.112.0.0/16";
+/// The management store's page cache, in bytes.
+const MANAGEMENT_PAGE_CACHE: usize = 16 << 20;
 
 /// The Pod Security level of the `demo` tenant: `baseline`, so that the images people try first (`nginx`, which runs
 /// as root in its user namespace) run, while host namespaces, privileges, extra capabilities and host paths stay
@@ -139,7 +141,10 @@ async fn component_roles(admin: &kube::Client) -> anyhow::Result<()> {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     super::prerequisites::ensure(!args.no_install)?;
     nest_apiserver::certs::create_private_dir(&args.data_dir)?;
-    let store = nest_storage::embedded::EmbeddedStore::open(args.data_dir.join("store"), Default::default())
+    // The API server reads from its watch cache; the store's page cache serves writes, and what it holds stays held
+    // (a tenant's flood of ConfigMaps, copied down and deleted, left 64 MiB of it: issue 33).
+    let storage = nest_storage::embedded::Config { cache_size: MANAGEMENT_PAGE_CACHE, ..Default::default() };
+    let store = nest_storage::embedded::EmbeddedStore::open(args.data_dir.join("store"), storage)
         .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
     let config = nest_apiserver::Config {
         data_dir: args.data_dir.clone(),

@@ -25,6 +25,13 @@ fn machine_lock() -> std::fs::File {
     file
 }
 
+impl Up {
+    /// The process id of `nest up`.
+    pub fn pid(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+}
+
 impl Drop for Up {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod flood;
 mod governance_node;
 mod governance_tenant;
 mod images;

@@ -40,6 +40,19 @@ impl Platform {
         Platform { up: Some(child), data, cache, admin, demo, acme }
     }
 
+    /// What `nest up` holds of the machine's memory now (its resident set, in MiB): the management cluster's API
+    /// server, controllers, syncer and node, not the processes of the pods it runs.
+    pub fn up_rss_mib(&self) -> f64 {
+        let pid = self.up.as_ref().map_or(0, Up::pid);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kib / 1024.0
+    }
+
     fn kubeconfig(&self, who: Who) -> &Path {
         match who {
             Who::Admin => &self.admin,
