@@ -276,7 +276,11 @@ mod tests {
             }
             held.push(stream);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Each is counted once the server has accepted it (soon, but later on a loaded machine).
+        let counting = Instant::now();
+        while connections.open() < 8 && counting.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         assert_eq!(connections.open(), 8);
         // One more from that address, to either endpoint, is closed as soon as it is accepted.
         for endpoint in [&demo, &acme] {

@@ -200,13 +200,13 @@ const DIGEST_ABOVE: usize = 512;
 
 /// Compacts a cached object (tenant objects, and the super objects made from them): without managedFields (the
 /// syncer never reads them), with the fields in `verbatim` (content copied down as it is: a ConfigMap's or Secret's
-/// data, [`kinds::Kind::verbatim`]) held as their digest and size when larger than [`DIGEST_ABOVE`], and with the
-/// rest of its body (everything but apiVersion, kind and metadata) kept as one JSON string instead of a tree of
-/// values — a tenth of the memory. So a tenant's gigabyte of ConfigMaps costs the syncer a few hundred bytes each:
-/// what it needs to tell whether the super copy has the same data; the data itself is read from the tenant's API
-/// server when a copy must be written ([`sync`]). The fields read on every pass stay as they are: `spec.nodeName`,
-/// `spec.selector`, `spec.volumeName`, and a pod's `status.phase`, `status.podIP` and `status.podIPs` (every
-/// Endpoints check reads every pod's).
+/// data, [`kinds::Kind::verbatim`]) held as their digest and size when larger than 512 bytes (`DIGEST_ABOVE`), and
+/// with the rest of its body (everything but apiVersion, kind and metadata) kept as one JSON string instead of a
+/// tree of values — a tenth of the memory. So a tenant's gigabyte of ConfigMaps costs the syncer a few hundred bytes
+/// each: what it needs to tell whether the super copy has the same data; the data itself is read from the tenant's
+/// API server when a copy must be written ([`sync`]). The fields read on every pass stay as they are:
+/// `spec.nodeName`, `spec.selector`, `spec.volumeName`, and a pod's `status.phase`, `status.podIP` and
+/// `status.podIPs` (every Endpoints check reads every pod's).
 pub fn compact(object: &mut DynamicObject, verbatim: &[&str]) {
     object.metadata.managed_fields = None;
     let mut body = std::mem::take(&mut object.data);

@@ -342,6 +342,7 @@ async fn ensure_limit_range(syncer: &Syncer, tenant: &Tenant, super_name: &str) 
 /// ([`Tenant::reserved`]) until the cache shows it or a minute has passed, so that objects created one after another
 /// faster than the watch reports them cannot pass a cap or quota together. [`release`] takes back a reservation
 /// whose create failed.
+#[allow(clippy::too_many_arguments)]
 fn within_caps(
     syncer: &Syncer,
     tenant: &Tenant,
@@ -349,6 +350,7 @@ fn within_caps(
     namespace: &str,
     name: &str,
     wanted: &Value,
+    size: Option<u64>,
     reserve: bool,
 ) -> kube::Result<()> {
     let spec = &syncer.kinds[kind];
@@ -390,7 +392,7 @@ fn within_caps(
             used.add(&reservation.usage);
         }
     }
-    let size = u64::try_from(wanted.to_string().len()).unwrap_or(u64::MAX);
+    let size = size.unwrap_or_else(|| u64::try_from(wanted.to_string().len()).unwrap_or(u64::MAX));
     let refused = |refusal: String| {
         syncer.metrics.capped(&tenant.key, plural);
         kube::Error::Api(kube::core::Status::failure(&refusal, "Forbidden").with_code(403).boxed())
@@ -535,6 +537,11 @@ async fn reconcile_object(
         && crate::digested(digested, spec.verbatim)
         && super_value.as_ref().is_none_or(|s| spec.verbatim.iter().any(|field| s[*field] != digested[*field]))
     {
+        // Past its cap, an object is refused before its data is read: a tenant over its cap must not have the syncer
+        // read all its data again at every patrol. (Sized as the cache knows it; the caps are checked again on the
+        // object whole.)
+        let size = tenant_object.as_deref().map(crate::cached_bytes);
+        within_caps(syncer, tenant, kind, &super_namespace, super_name, digested, size, false)?;
         let api = tenant_api(tenant, syncer, kind, namespace);
         tenant_value = match api.get_opt(name).await? {
             Some(whole) => Some(serde_json::to_value(whole).map_err(kube::Error::SerdeError)?),
@@ -626,7 +633,7 @@ async fn reconcile_object(
     }
 
     let Some(existing) = super_value else {
-        within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted, true)?;
+        within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted, None, true)?;
         let created = create(syncer, tenant, kind, namespace, &super_namespace, &tenant_value, wanted, done).await;
         // Made (or found made): it counts until the cache shows it. Not made: it does not.
         if !matches!(&created, Ok(done) if !done.again) {
@@ -688,7 +695,7 @@ async fn reconcile_object(
     }
     if !patch.is_empty() {
         if spec.content.iter().any(|field| patch.contains_key(*field)) {
-            within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted, false)?;
+            within_caps(syncer, tenant, kind, &super_namespace, super_name, &wanted, None, false)?;
         }
         super_api.patch(super_name, &PatchParams::default(), &Patch::Merge(&Value::Object(patch))).await?;
         done.down += 1;

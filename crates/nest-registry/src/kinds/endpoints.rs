@@ -27,7 +27,8 @@ fn endpoint_ip(address: &Value, field: String, loopback_pods: bool, causes: &mut
         causes.push(invalid(field, text, "must be a valid IP address"));
         return;
     };
-    let (unspecified, loopback, link_local, link_local_multicast) = match ip {
+    // An IPv4-mapped address (`::ffff:127.0.0.1`) is judged as the IPv4 address it is, as Go's net.IP judges it.
+    let (unspecified, loopback, link_local, link_local_multicast) = match ip.to_canonical() {
         std::net::IpAddr::V4(v4) => {
             (v4.is_unspecified(), v4.is_loopback(), v4.is_link_local(), v4.octets()[..3] == [224, 0, 0])
         }
@@ -158,6 +159,19 @@ mod tests {
 
     fn messages(causes: Vec<Cause>) -> Vec<String> {
         causes.into_iter().map(|c| format!("{}: {}", c.field, c.message)).collect()
+    }
+
+    #[test]
+    fn an_ipv4_mapped_address_is_judged_as_its_ipv4_address() {
+        let endpoints = json!({"subsets": [{"addresses": [{"ip": "::ffff:127.0.0.1"}, {"ip": "::ffff:169.254.169.254"},
+                                                          {"ip": "::ffff:10.1.2.3"}]}]});
+        assert_eq!(
+            messages(Endpoints::causes(&endpoints, false)),
+            [
+                r#"subsets[0].addresses[0].ip: Invalid value: "::ffff:127.0.0.1": may not be in the loopback range (127.0.0.0/8, ::1/128)"#,
+                r#"subsets[0].addresses[1].ip: Invalid value: "::ffff:169.254.169.254": may not be in the link-local range (169.254.0.0/16, fe80::/10)"#,
+            ]
+        );
     }
 
     #[test]

@@ -131,28 +131,41 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             component(&["proxy"], &kubeconfig)?
         },
         component(&["manager"], &kubeconfig)?,
-        component(
-            &[
-                "node",
-                "--name",
-                "bench",
-                "--runtime",
-                "process",
-                "--pods",
-                "1000",
-                "--pod-cidr",
-                &args.pod_cidr,
-                "--data-dir",
-                &node_data,
-                "--ca-dir",
-                &pki,
-                "--kubelet-port",
-                "0",
-            ],
-            &kubeconfig,
-        )?,
     ];
-    let client = nest_client::connect(&kubeconfig).await?.client;
+    let mut node = component(
+        &[
+            "node",
+            "--name",
+            "bench",
+            "--runtime",
+            "process",
+            "--pods",
+            "1000",
+            "--pod-cidr",
+            &args.pod_cidr,
+            "--data-dir",
+            &node_data,
+            "--ca-dir",
+            &pki,
+            "--kubelet-port",
+            "0",
+        ],
+        &kubeconfig,
+    )?;
+    let measured = measure(&args, &server, &kubeconfig).await;
+    // The node stops the pods it runs, their processes and network namespaces, when told to stop (killed, it
+    // leaves their namespaces on the machine).
+    if let Some(pid) = node.id().and_then(|pid| i32::try_from(pid).ok()) {
+        // SAFETY: kill sends a signal to the node process this bench started and still holds; no memory is touched.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(120), node.wait()).await;
+    measured
+}
+
+/// The bench's steps, on the management cluster `server` made for it.
+async fn measure(args: &Args, server: &ApiServer, kubeconfig: &std::path::Path) -> anyhow::Result<()> {
+    let client = nest_client::connect(kubeconfig).await?.client;
     let clusters: Api<nest_capn::api::Cluster> = Api::namespaced(client.clone(), "default");
     // The management cluster is ready: the node registered, the controller-manager leading, the CRDs installed.
     let started = Instant::now();

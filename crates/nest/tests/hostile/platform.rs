@@ -80,10 +80,15 @@ impl Platform {
 
     /// kubectl as `who` reading `manifest` from standard input (`create -f -`, `apply -f -`).
     pub fn with_input(&self, who: Who, args: &[&str], manifest: &str) -> Output {
+        self.with_input_as(self.kubeconfig(who), args, manifest)
+    }
+
+    /// kubectl with kubeconfig `kubeconfig` (a tenant the case made) reading `manifest` from standard input.
+    pub fn with_input_as(&self, kubeconfig: &Path, args: &[&str], manifest: &str) -> Output {
         use std::io::Write as _;
         let mut child = Command::new(crate::common::KUBECTL)
             .args(args)
-            .env("KUBECONFIG", self.kubeconfig(who))
+            .env("KUBECONFIG", kubeconfig)
             .env("KUBECACHEDIR", self.cache.path())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
