@@ -269,8 +269,11 @@ pub fn render(packages: &Packages, component: Component, inputs: &Inputs) -> Res
     let channel = inputs.spec.channel.as_deref().unwrap_or(DEFAULT_CHANNEL);
     let template = packages.template(inputs.flavor, channel, &version, component.file())?;
     let mut rendered = template.render(&values(component, inputs)?)?;
+    // While some documents wait for a value (the API server's StatefulSet for its Service's address), a patch of
+    // them has nothing to change yet; it is applied, and a misspelt one refused, once they are rendered.
+    let partial = !rendered.waiting.is_empty();
     for (index, patch) in inputs.spec.patches.iter().flatten().enumerate() {
-        apply_patch(&mut rendered.objects, patch).map_err(|message| Error::Patch {
+        apply_patch(&mut rendered.objects, patch, partial).map_err(|message| Error::Patch {
             index,
             kind: patch.kind.clone(),
             name: patch.name.clone().unwrap_or_else(|| "*".into()),
@@ -280,8 +283,9 @@ pub fn render(packages: &Packages, component: Component, inputs: &Inputs) -> Res
     Ok(rendered)
 }
 
-/// Applies one patch to the rendered objects it chooses.
-fn apply_patch(objects: &mut [Value], patch: &ComponentPatch) -> Result<(), String> {
+/// Applies one patch to the rendered objects it chooses; with `partial` (not every document rendered yet), choosing
+/// none is no mistake.
+fn apply_patch(objects: &mut [Value], patch: &ComponentPatch, partial: bool) -> Result<(), String> {
     let mut matched = false;
     for object in objects.iter_mut() {
         let kind_matches = object["kind"].as_str() == Some(patch.kind.as_str());
@@ -296,7 +300,7 @@ fn apply_patch(objects: &mut [Value], patch: &ComponentPatch) -> Result<(), Stri
         }
     }
     // A patch that changes nothing is a mistake the user wants to hear about (a misspelt name).
-    if !matched {
+    if !matched && !partial {
         return Err("no rendered object has this kind and name".into());
     }
     Ok(())
@@ -500,6 +504,23 @@ mod tests {
         let error =
             render(&Packages::default(), Component::ApiServer, &inputs(&names, &spec, &ips, false)).unwrap_err();
         assert!(error.to_string().contains("no rendered object"), "{error}");
+
+        // Before its Service has an address, the API server's StatefulSet is not rendered: a patch of it (a larger
+        // data claim) waits for it rather than failing the component.
+        let claim = "/spec/volumeClaimTemplates/0/spec/resources/requests/storage";
+        spec.patches = Some(vec![ComponentPatch {
+            kind: "StatefulSet".into(),
+            name: None,
+            type_: PatchType::Json,
+            patch: json!([{"op": "replace", "path": claim, "value": "4Gi"}]),
+        }]);
+        let no_address = BTreeMap::new();
+        let waiting = render(&Packages::default(), Component::ApiServer, &inputs(&names, &spec, &no_address, false));
+        let waiting = waiting.unwrap();
+        assert!(!waiting.waiting.is_empty() && waiting.objects.iter().all(|o| o["kind"] != "StatefulSet"));
+        let rendered = render(&Packages::default(), Component::ApiServer, &inputs(&names, &spec, &ips, false)).unwrap();
+        let set = rendered.objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap();
+        assert_eq!(set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "4Gi");
     }
 
     #[test]
