@@ -160,7 +160,7 @@ fn a_flood_of_configmaps_into_one_tenant_leaves_nest_up_as_it_found_it() {
     }
     eprintln!(
         "{}",
-        json!({"flood_mib": mib, "flooded_seconds": flooded.as_secs(), "copies": copies, "rss_mib": {
+        json!({"flood_mib": mib, "flooded_seconds": flooded.as_secs(), "copies": copies, "patrol_reads": again, "rss_mib": {
             "before": before.round(), "peak": peak.round(), "after": after.round()}})
     );
     assert!(
