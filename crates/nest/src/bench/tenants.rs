@@ -113,9 +113,10 @@ pub(super) async fn wait_provisioned(
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    // Pods in network namespaces of their own reach Services through addresses the proxy makes local to the
-    // machine, as on `nest up`; pods on the host's network reach loopback ones.
-    let bridged = !args.pod_cidr.starts_with("127.");
+    // Pods in network namespaces of their own (as the node decides from the range) reach Services through addresses
+    // the proxy makes local to the machine, as on `nest up`; pods on the host's network reach loopback ones.
+    let network = nest_node::network::Network::for_range("bench", &args.pod_cidr)?;
+    let bridged = matches!(network, nest_node::network::Network::Bridged(_));
     let services = if bridged { "10.232.0.0/16" } else { "127.97.0.0/16" };
     let server = ApiServer::start_with(None, &["--service-cidr", services]).await?;
     let kubeconfig = server.data.path().join("admin.kubeconfig");
