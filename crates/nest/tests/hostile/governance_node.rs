@@ -115,7 +115,13 @@ fn a_tenant_takes_no_more_than_its_share_of_the_node() {
     let limit = std::fs::read_to_string(tenant.join(limit_file)).unwrap();
     assert_eq!(limit.trim(), TENANT_MEMORY.to_string(), "demo's share in {}", tenant.display());
     // (v1 counts the kill in the victim's own cgroup, and this kernel no `failcnt`: the peak says it.)
-    assert_eq!(peak(tenant), TENANT_MEMORY, "demo's share was not what held it: {}", tenant.display());
+    // (The kernel may charge a page or a batch past the limit before it reclaims: up to 64 pages.)
+    let peaked = peak(tenant);
+    assert!(
+        (TENANT_MEMORY..=TENANT_MEMORY + (256 << 10)).contains(&peaked),
+        "demo's share was not what held it: {} peaked at {peaked}",
+        tenant.display()
+    );
 
     // The filler is evicted as the kubelet evicts, and its volume emptied.
     let message = "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ";
