@@ -15,6 +15,7 @@ pub mod body;
 pub mod certificates;
 pub mod certs;
 pub mod discovery;
+mod gnostic;
 pub mod handler;
 pub mod limits;
 pub mod logs;
