@@ -1,19 +1,21 @@
 //! From an HTTP request to a registry call and back, as a stack of small layers that each do one thing and pass the
 //! request on, in the spirit of kube-apiserver's filter chain (`DefaultBuildHandlerChain`,
-//! `k8s.io/apiserver/pkg/server/config.go`, 1.33). [`handle`] and [`serve`] assemble them, outermost first:
+//! `k8s.io/apiserver/pkg/server/config.go`, 1.33). [`handle`] and `serve` below assemble them, outermost first; each
+//! layer is a file of this folder:
 //!
-//! 1. [`audit`] and [`metrics`] note the request and, once answered, its answer;
-//! 2. [`authn`] says who asks (a client certificate, a bearer token) and whom they act as (impersonation);
+//! 1. `audit.rs` and `metrics.rs` note the request and, once answered, its answer;
+//! 2. `authn.rs` says who asks (a client certificate, a bearer token) and whom they act as (impersonation);
 //! 3. the in-flight limit of each user ([`crate::limits`]), then the refusal of anonymous requests;
-//! 4. [`body`] reads the body whole, within `--max-request-bytes`;
-//! 5. [`paths`] answers what is not a resource: health, version, metrics, discovery, OpenAPI, OIDC;
-//! 6. [`route`] names the resource a path means, [`authorize`] asks RBAC and the certificate plugins, and
-//!    [`reviews`] answers the review kinds, which are never stored;
-//! 7. [`verbs`] serves the REST verbs, reading the [`query`] and [`negotiate`]-ing the answer's form, with
-//!    [`apply`] for server-side apply, [`watch`] for watch framing, and [`subresources`] for the subresources the
-//!    server answers itself (`pods/log`, `serviceaccounts/token`, `*/scale`), one row each.
+//! 4. `body.rs` reads the body whole, within `--max-request-bytes`;
+//! 5. `paths.rs` (and `health.rs`) answers what is not a resource: health, version, metrics, discovery, OpenAPI,
+//!    OIDC;
+//! 6. `route.rs` names the resource a path means, `authorize.rs` asks RBAC and the certificate plugins, and
+//!    `reviews.rs` answers the review kinds, which are never stored;
+//! 7. `verbs.rs` serves the REST verbs, reading the query (`query.rs`) and negotiating the answer's form
+//!    (`negotiate.rs`), with `apply.rs` for server-side apply, `watch.rs` for watch framing, and `subresources.rs`
+//!    for the subresources the server answers itself (`pods/log`, `serviceaccounts/token`, `*/scale`), one row each.
 //!
-//! A layer's error is an [`ApiError`]; it becomes a response in one place, [`error_response`] ([`response`]).
+//! A layer's error is an [`ApiError`]; it becomes a response in one place, [`error_response`] (`response.rs`).
 
 mod apply;
 mod audit;

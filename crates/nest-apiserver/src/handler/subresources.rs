@@ -126,3 +126,27 @@ enum NewScale {
     /// PATCH: the current Scale, patched.
     Patch(Patch),
 }
+
+#[cfg(test)]
+mod tests {
+    use nest_registry::Catalog;
+
+    use super::*;
+
+    #[test]
+    fn rows_apply_to_the_kinds_that_have_them() {
+        let catalog = Catalog::builtin();
+        let find = |group, plural| catalog.find(group, "v1", plural).unwrap();
+        let (pods, accounts, deployments) =
+            (find("", "pods"), find("", "serviceaccounts"), find("apps", "deployments"));
+        assert_eq!(server_owned(&pods, "log").map(|row| row.name), Some("log"));
+        assert_eq!(server_owned(&accounts, "token").map(|row| row.name), Some("token"));
+        assert_eq!(server_owned(&deployments, "scale").map(|row| row.name), Some("scale"));
+        assert!(server_owned(&deployments, "log").is_none(), "a deployment has no log");
+        assert!(server_owned(&pods, "scale").is_none(), "a pod has no scale");
+        assert!(server_owned(&pods, "binding").is_none(), "a pod's binding is its strategy's");
+        assert!(long_running("/api/v1/namespaces/a/pods/b/log"));
+        assert!(!long_running("/api/v1/namespaces/a/pods/b/catalog"));
+        assert!(!long_running("/apis/apps/v1/namespaces/a/deployments/b/scale"));
+    }
+}
