@@ -15,6 +15,7 @@ pub mod body;
 pub mod certificates;
 pub mod certs;
 pub mod discovery;
+mod gnostic;
 pub mod handler;
 pub mod limits;
 pub mod logs;
@@ -160,59 +161,76 @@ pub async fn serve(
         };
         // Over the cap, a connection is closed as soon as it is accepted: it costs a file descriptor for a moment.
         let Some(slot) = counters.connect(limits.max_connections) else { continue };
-        let (acceptor, state, limits, counters) = (acceptor.clone(), state.clone(), limits.clone(), counters.clone());
+        let connection = Connection { acceptor: acceptor.clone(), state: state.clone(), peer };
         tokio::spawn(async move {
             let _slot = slot;
-            let _ = tcp.set_nodelay(true);
-            let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    counters.handshake_timeouts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    return;
-                }
-            };
-            let user =
-                tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| user_from_certificate(c));
-            let activity = limits::Activity::new();
-            let requests = activity.clone();
-            let service = service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-                let (state, user) = (state.clone(), user.clone());
-                request.extensions_mut().insert(handler::Peer(peer));
-                // The connection counts as busy until the response's body is sent (a watch: until it ends).
-                let open = limits::OpenRequest::new(&requests);
-                async move {
-                    let response = handler::handle(state, user, request).await;
-                    let response = response.map(|body| {
-                        body.map_frame(move |frame| {
-                            let _open = &open;
-                            frame
-                        })
-                        .boxed_unsync()
-                    });
-                    Ok::<_, std::convert::Infallible>(response)
-                }
-            });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
-            builder.http2().timer(TokioTimer::new());
-            let io = TokioIo::new(limits::Watched::new(tls, activity.clone()));
-            tokio::select! {
-                served = builder.serve_connection(io, service) => {
-                    if let Err(error) = served {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                }
-                () = activity.until_idle(limits.idle_timeout) => {
-                    counters.idle_closed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
+            connection.serve(tcp).await;
         });
     }
     Ok(())
+}
+
+/// What serving one accepted connection needs.
+struct Connection {
+    acceptor: tokio_rustls::TlsAcceptor,
+    state: Arc<State>,
+    /// The client's address.
+    peer: SocketAddr,
+}
+
+impl Connection {
+    /// Serves the connection's requests until it ends, or idles past the idle timeout: the TLS handshake (within
+    /// the handshake timeout), then HTTP/2 or HTTP/1.1, each request through [`handler::handle`].
+    async fn serve(self, tcp: tokio::net::TcpStream) {
+        let Connection { acceptor, state, peer } = self;
+        let (limits, counters) = (state.limits.clone(), state.counters.clone());
+        let _ = tcp.set_nodelay(true);
+        let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                counters.handshake_timeouts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
+        };
+        let user = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| user_from_certificate(c));
+        let activity = limits::Activity::new();
+        let requests = activity.clone();
+        let service = service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            let (state, user) = (state.clone(), user.clone());
+            request.extensions_mut().insert(handler::Peer(peer));
+            // The connection counts as busy until the response's body is sent (a watch: until it ends).
+            let open = limits::OpenRequest::new(&requests);
+            async move {
+                let response = handler::handle(state, user, request).await;
+                let response = response.map(|body| {
+                    body.map_frame(move |frame| {
+                        let _open = &open;
+                        frame
+                    })
+                    .boxed_unsync()
+                });
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+        builder.http2().timer(TokioTimer::new());
+        let io = TokioIo::new(limits::Watched::new(tls, activity.clone()));
+        tokio::select! {
+            served = builder.serve_connection(io, service) => {
+                if let Err(error) = served {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+            }
+            () = activity.until_idle(limits.idle_timeout) => {
+                counters.idle_closed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
 }
 
 /// TLS with an optional client certificate: one signed by the cluster CA identifies the user; without one the
