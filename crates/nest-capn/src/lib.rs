@@ -1,15 +1,15 @@
-//! nest's Cluster API provider for nested control planes ("CAPN"): the API types and their CRDs.
+//! nest's Cluster API provider for nested control planes ("CAPN"): the controllers that bring up and keep the
+//! components of a [`NestedControlPlane`](api::NestedControlPlane).
 //!
-//! A `Cluster` (`cluster.x-k8s.io`, served by nest when no Cluster API core is installed) points at a
-//! [`NestedCluster`](api::NestedCluster) (its infrastructure) and a [`NestedControlPlane`](api::NestedControlPlane),
-//! which is made of three separately upgradable components: [`NestedEtcd`](api::NestedEtcd),
-//! [`NestedAPIServer`](api::NestedAPIServer) and [`NestedControllerManager`](api::NestedControllerManager).
-//!
-//! Start with [`api`] for the types and [`crds::all`] for the CustomResourceDefinitions (`nest crds` prints them).
+//! The API types and their CRDs are the `nest-capn-api` crate's, re-exported here as [`api`] (and the CRDs in
+//! [`crds`], which also installs them), so that what only reads these objects need not link the controllers.
 //! What each component runs comes from versioned packages of templated manifests ([`package`], the files under
-//! `packages/`), rendered by [`render`] with the values [`plan`] works out; [`controllers`] apply them.
+//! `packages/`), rendered by [`render`] with the values [`plan`] works out; [`controllers`] apply them. Start with
+//! [`controllers::run`].
 
-pub mod api;
+/// The API types: `nest-capn-api`'s, under the name the provider's modules have always used.
+pub use nest_capn_api as api;
+
 pub mod bundle;
 pub mod clusterctl;
 pub mod controllers;

@@ -94,6 +94,19 @@ pub async fn connect(kubeconfig: &Path) -> anyhow::Result<Connection> {
     Ok(Connection { client: kube::Client::try_from(config)?, ca_pem })
 }
 
+/// A client for the cluster `kubeconfig` names or, without one, for the cluster this process runs in as a pod (its
+/// service account's token and CA, as client-go's `rest.InClusterConfig`): how the commands that run either beside
+/// `nest up` or as a Deployment (`nest manager`, `nest syncer`) reach their cluster.
+pub async fn connect_or_in_cluster(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    match kubeconfig {
+        Some(kubeconfig) => Ok(connect(kubeconfig).await?.client),
+        None => {
+            let config = kube::Config::incluster().context("no --kubeconfig, and not running in a pod")?;
+            Ok(kube::Client::try_from(config)?)
+        }
+    }
+}
+
 /// `Ok(true)` when the request was done; `Ok(false)` when its object was gone (404) or had changed (409)
 /// meanwhile, which a level-based controller leaves to its next reconcile; every other outcome is an error.
 pub fn done_unless_gone_or_changed<T>(result: kube::Result<T>) -> kube::Result<bool> {

@@ -5,7 +5,7 @@
 //! pods, and no other tenant (nor anyone else) can read them through it.
 //!
 //! Every tenant's pods can reach these endpoints, so every endpoint keeps the kubelet API's limits
-//! ([`nest_node::kubelet::Limits`]: handshake, header and idle deadlines, a cap per source address), and all of them
+//! ([`nest_kubelet_server::Limits`]: handshake, header and idle deadlines, a cap per source address), and all of them
 //! together one budget of connections ([`crate::Syncer::kubelet_connections`]): however many tenants there are, the
 //! syncer's descriptors stay bounded.
 
@@ -19,7 +19,7 @@ use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
-use nest_node::kubelet::{Body, Tls, text};
+use nest_kubelet_server::{Body, Tls, text};
 
 use crate::names::{self, TENANT_LABEL};
 use crate::{Syncer, tenants};
@@ -81,7 +81,7 @@ pub async fn start(
     let (syncer, key) = (syncer.clone(), key.to_string());
     let connections = syncer.kubelet_connections.clone();
     let task = tokio::spawn(async move {
-        let served = nest_node::kubelet::serve_with(listener, tls, connections, move |request| {
+        let served = nest_kubelet_server::serve_with(listener, tls, connections, move |request| {
             let (syncer, key) = (syncer.clone(), key.clone());
             async move { handle(&syncer, &key, request).await }
         });
@@ -163,14 +163,14 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use nest_node::kubelet::{Connections, Limits, Tls};
+    use nest_kubelet_server::{Connections, Limits, Tls};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
     use tokio_rustls::rustls;
 
     use super::*;
 
-    const CLIENT: &str = nest_node::kubelet::API_SERVER_CLIENT;
+    const CLIENT: &str = nest_kubelet_server::API_SERVER_CLIENT;
 
     struct Endpoint {
         address: SocketAddr,
@@ -192,7 +192,7 @@ mod tests {
         let tls = Tls { cert: serving.cert, key: serving.key, client_ca: ca.0.cert.clone() };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        tokio::spawn(nest_node::kubelet::serve_with(listener, tls, connections, |_| async {
+        tokio::spawn(nest_kubelet_server::serve_with(listener, tls, connections, |_| async {
             text(StatusCode::OK, "ok\n")
         }));
         let pem = |text: &str| {

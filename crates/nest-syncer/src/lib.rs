@@ -93,7 +93,7 @@ pub struct Options {
     /// and `nest apiserver`'s `10.96.0.0/12`).
     pub service_ranges: Vec<addresses::Range>,
     /// What a client may hold of the tenants' kubelet endpoints, all of which share one budget of connections.
-    pub kubelet_limits: nest_node::kubelet::Limits,
+    pub kubelet_limits: nest_kubelet_server::Limits,
 }
 
 impl Default for Options {
@@ -111,7 +111,7 @@ impl Default for Options {
             policy: policy::Policy::default(),
             pod_ranges: Vec::new(),
             service_ranges: vec![DEFAULT_SERVICE_RANGE.parse().expect("a valid range")],
-            kubelet_limits: nest_node::kubelet::Limits::default(),
+            kubelet_limits: nest_kubelet_server::Limits::default(),
         }
     }
 }
@@ -360,7 +360,7 @@ pub struct Syncer {
     pub metrics: metrics::Metrics,
     /// The connections open on every tenant's kubelet endpoint: one budget, so that the syncer's descriptors are
     /// bounded however many tenants it serves.
-    pub kubelet_connections: Arc<nest_node::kubelet::Connections>,
+    pub kubelet_connections: Arc<nest_kubelet_server::Connections>,
     /// Consecutive failures per item, for back-off.
     pub failures: std::sync::Mutex<std::collections::HashMap<(String, Item), u32>>,
 }
@@ -482,7 +482,7 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
             });
         feeds.push(Box::pin(feed));
     }
-    let kubelet_connections = nest_node::kubelet::Connections::new(options.kubelet_limits.clone());
+    let kubelet_connections = nest_kubelet_server::Connections::new(options.kubelet_limits.clone());
     let syncer = Arc::new(Syncer {
         super_client,
         options,

@@ -53,7 +53,7 @@ pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, kind: usize, name: &str
                 field == "metadata"
                     || field == "apiVersion"
                     || field == "kind"
-                    || nest_capn::render::covers(&have[field], value)
+                    || nest_core::json::covers(&have[field], value)
             });
             if same {
                 return Ok(Done::default());

@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use nest_capn::api::{CLUSTER_NAME_LABEL, Cluster, NestedControlPlane};
+use nest_capn_api::{CLUSTER_NAME_LABEL, Cluster, NestedControlPlane};
 use tokio::task::JoinHandle;
 
 use crate::lifecycle::{self, Action, Event};
@@ -80,7 +80,7 @@ pub const WEIGHT_ANNOTATION: &str = "tenancy.nest.dev/weight";
 /// The annotation on a Cluster (or its NestedControlPlane) choosing the Pod Security level its tenant's super
 /// namespaces enforce: `privileged`, `baseline` or `restricted`. Only the platform admin writes these objects; a
 /// value that names no level is taken as `restricted`.
-pub use nest_capn::api::POD_SECURITY_ANNOTATION;
+pub use nest_capn_api::POD_SECURITY_ANNOTATION;
 
 /// A level of the Pod Security Standards, as its namespace label value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -119,7 +119,7 @@ pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, name: &str) -> kube::Re
         }
         Some(existing) => serde_json::to_value(existing).map_err(kube::Error::SerdeError)?,
     };
-    if !nest_capn::render::covers(&have["spec"], &wanted["spec"]) {
+    if !nest_core::json::covers(&have["spec"], &wanted["spec"]) {
         let patch = json!({"spec": wanted["spec"]});
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         done.up += 1;

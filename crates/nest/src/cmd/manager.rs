@@ -3,8 +3,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The management cluster; inside a pod, the pod's service account when unset.
@@ -68,13 +66,7 @@ pub async fn manage(
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = match &args.kubeconfig {
-        Some(kubeconfig) => nest_client::connect(kubeconfig).await?.client,
-        None => {
-            let config = kube::Config::incluster().context("no --kubeconfig, and not running in a pod")?;
-            kube::Client::try_from(config)?
-        }
-    };
+    let client = nest_client::connect_or_in_cluster(args.kubeconfig.as_deref()).await?;
     if let Some(dir) = &args.packages
         && !nest_capn::package::looks_like_packages(dir)
     {

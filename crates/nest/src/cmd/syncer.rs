@@ -153,13 +153,7 @@ pub fn parse_gvk(text: &str) -> Result<(String, String, String), String> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = match &args.kubeconfig {
-        Some(kubeconfig) => nest_client::connect(kubeconfig).await?.client,
-        None => {
-            let config = kube::Config::incluster().context("no --kubeconfig, and not running in a pod")?;
-            kube::Client::try_from(config)?
-        }
-    };
+    let client = nest_client::connect_or_in_cluster(args.kubeconfig.as_deref()).await?;
     let options = nest_syncer::Options {
         patrol: Duration::from_secs(args.patrol_seconds.max(1)),
         kubelet_address: args.kubelet_address,

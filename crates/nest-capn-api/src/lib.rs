@@ -1,9 +1,21 @@
-//! The API types, one module per group of kinds. Field names and shapes follow the Cluster API contracts
-//! (`docs/book/src/developer/providers/contracts/` in cluster-api) where a contract names them.
+//! The API of nest's Cluster API provider for nested control planes ("CAPN"): its types and their
+//! CustomResourceDefinitions, and nothing that does I/O.
+//!
+//! A [`Cluster`] (`cluster.x-k8s.io`, served by nest when no Cluster API core is installed) points at a
+//! [`NestedCluster`] (its infrastructure) and a [`NestedControlPlane`], which is made of three separately upgradable
+//! components: [`NestedEtcd`], [`NestedAPIServer`] and [`NestedControllerManager`]. [`crds::all`] builds their CRDs.
+//!
+//! The types live here rather than in `nest-capn` so that what only reads these objects (the syncer finds tenants by
+//! their Cluster and NestedControlPlane) links neither the provider's controllers nor its packages of manifests.
+//! Field names and shapes follow the Cluster API contracts (`docs/book/src/developer/providers/contracts/` in
+//! cluster-api) where a contract names them; one module per group of kinds.
+
+#![forbid(unsafe_code)]
 
 mod cluster;
 mod components;
 mod control_plane;
+pub mod crds;
 mod nested_cluster;
 
 pub use cluster::*;
