@@ -453,8 +453,29 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
             Public { name, resource, objects }
         })
         .collect();
+    let syncer = Arc::new(assemble(super_client, options, kinds, built_in, cluster, public));
+    let _ = slot.set(syncer.clone());
+    let feeds = futures_util::future::join_all(feeds);
+    let work = work(syncer.clone());
+    (
+        syncer,
+        Box::pin(async move {
+            tokio::join!(feeds, work);
+        }),
+    )
+}
+
+/// The syncer of `kinds` (the first `built_in` of them built in), over the caches of the super cluster given.
+fn assemble(
+    super_client: Client,
+    options: Options,
+    kinds: Vec<Synced>,
+    built_in: usize,
+    cluster: SuperCluster,
+    public: Vec<Public>,
+) -> Syncer {
     let kubelet_connections = nest_node::kubelet::Connections::new(options.kubelet_limits.clone());
-    let syncer = Arc::new(Syncer {
+    Syncer {
         super_client,
         options,
         kinds,
@@ -472,16 +493,37 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
         metrics: metrics::Metrics::default(),
         failures: Default::default(),
         kubelet_connections,
-    });
-    let _ = slot.set(syncer.clone());
-    let feeds = futures_util::future::join_all(feeds);
-    let work = work(syncer.clone());
-    (
-        syncer,
-        Box::pin(async move {
-            tokio::join!(feeds, work);
-        }),
-    )
+    }
+}
+
+#[cfg(test)]
+impl Syncer {
+    /// A syncer of the built-in kinds whose caches are filled by hand (through the writers returned, one per kind)
+    /// and whose client reaches nothing, for unit tests of what it decides.
+    pub(crate) fn for_tests(
+        super_client: Client,
+        options: Options,
+    ) -> (Syncer, Vec<reflector::store::Writer<DynamicObject>>) {
+        let mut writers = Vec::new();
+        let kinds: Vec<Synced> = kinds::built_in()
+            .into_iter()
+            .map(|kind| {
+                let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
+                let objects = Cache::new(writer.as_reader(), kind.resource.clone());
+                writers.push(writer);
+                Synced { kind, objects }
+            })
+            .collect();
+        let cluster = SuperCluster {
+            namespaces: reflector::store().0,
+            nodes: reflector::store().0,
+            events: reflector::store().0,
+            volumes: reflector::store().0,
+            limit_ranges: reflector::store().0,
+        };
+        let built_in = kinds.len();
+        (assemble(super_client, options, kinds, built_in, cluster, Vec::new()), writers)
+    }
 }
 
 /// The watch of the super objects of synced kind `id` (those labelled with a tenant), and its cache: each object

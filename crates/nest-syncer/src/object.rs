@@ -336,3 +336,6 @@ async fn upward(cx: &Cx<'_>, tenant_value: &Value, existing: &Value) -> kube::Re
     }
     Ok(changes)
 }
+
+#[cfg(test)]
+mod tests;

@@ -70,6 +70,42 @@ impl Tenant {
     }
 }
 
+#[cfg(test)]
+impl Tenant {
+    /// Tenant `key` of `syncer` with empty caches (filled by hand through the writers returned, one per synced
+    /// kind), the syncer's policy, and a client that reaches nothing, for unit tests of what the syncer decides.
+    pub(crate) fn for_tests(
+        syncer: &Syncer,
+        key: &str,
+        client: Client,
+    ) -> (Tenant, Vec<reflector::store::Writer<DynamicObject>>) {
+        let mut writers = Vec::new();
+        let mut caches = Vec::new();
+        for id in syncer.kind_ids() {
+            let resource = syncer.kind(id).resource.clone();
+            let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+            caches.push(crate::Cache::new(writer.as_reader(), resource));
+            writers.push(writer);
+        }
+        let tenant = Tenant {
+            key: key.to_string(),
+            namespace: "default".into(),
+            cluster: "tenant".into(),
+            plane: "tenant".into(),
+            client,
+            api_server: ("10.0.0.9".into(), 6443),
+            kubelet_port: None,
+            caches,
+            namespaces: reflector::store().0,
+            pod_security: std::sync::RwLock::new(PodSecurityLevel::Restricted),
+            policy: std::sync::RwLock::new(syncer.options.policy.clone()),
+            reserved: Default::default(),
+            tasks: Default::default(),
+        };
+        (tenant, writers)
+    }
+}
+
 impl Drop for Tenant {
     fn drop(&mut self) {
         for task in self.tasks.lock().expect("the tasks lock").drain(..) {
