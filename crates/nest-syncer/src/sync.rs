@@ -104,21 +104,13 @@ async fn retry(syncer: &Arc<Syncer>, tenant: &Tenant, item: Item, error: &kube::
                 && !account_pending(status) =>
         {
             tracing::info!(tenant = %key, ?item, %error, "refused; not retried");
-            if let Item::Object { kind, namespace, name } = &item {
-                if let Some(object) = tenant.cache(*kind).get(namespace, name) {
-                    let kind_name = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
-                    let message = format!("the super cluster refused it: {}", status.message);
-                    crate::events::tell(
-                        &tenant.client,
-                        namespace,
-                        &kind_name,
-                        name,
-                        object.uid(),
-                        "SyncFailed",
-                        &message,
-                    )
+            if let Item::Object { kind, namespace, name } = &item
+                && let Some(object) = tenant.cache(*kind).get(namespace, name)
+            {
+                let kind_name = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+                let message = format!("the super cluster refused it: {}", status.message);
+                crate::events::tell(&tenant.client, namespace, &kind_name, name, object.uid(), "SyncFailed", &message)
                     .await;
-                }
             }
         }
         _ => {
