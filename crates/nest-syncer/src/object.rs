@@ -1,5 +1,5 @@
 //! The reconcile of one tenant object of a synced kind, both ways: the mechanism, the same for every kind; what a
-//! kind does beyond it is its [`Hooks`] (in [`crate::kinds`]), run here at fixed points. No kind is named here.
+//! kind does beyond it is its [`Hooks`](crate::kinds::Hooks), run here at fixed points. No kind is named here.
 //!
 //! Downward: the super object is made to be what the tenant object says (the kind's `down`): created when missing,
 //! put back when its content or labels drifted, deleted when the tenant object is gone. A super object is changed or

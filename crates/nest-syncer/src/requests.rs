@@ -1,6 +1,6 @@
 //! The requests an object's reconcile ([`crate::object`]) makes, as one small trait: every change it makes to the
 //! super cluster or to a tenant goes through [`Requests`], so that the decisions can be unit-tested against an
-//! in-memory fake ([`fake::Recorder`]) while the syncer itself uses [`Live`], which sends them.
+//! in-memory fake (`fake::Recorder`, built for tests only) while the syncer itself uses [`Live`], which sends them.
 //!
 //! Besides the verbs on one object (`get`, `create`, `patch`, `patch_status`, `delete`) it names the few things a
 //! kind asks to exist before or after its own object (a namespace, a pod's token Secret, a virtual node): those are

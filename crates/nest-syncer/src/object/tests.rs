@@ -86,6 +86,15 @@ impl Fixture {
         self.requests.requests.lock().expect("the fake's lock").clear();
     }
 
+    /// Asserts that with `copy` in the super cluster's cache, tenant object `name` is in order: its reconcile asks
+    /// nothing.
+    async fn assert_in_order(&mut self, plural: &str, name: &str, copy: Value) {
+        self.super_has(plural, copy);
+        self.clear();
+        assert_eq!(self.reconcile(plural, name).await.unwrap(), Done::default());
+        assert_eq!(self.made(), Vec::<String>::new());
+    }
+
     /// The object the last create request made, as the super cluster would hold it (with a UID of its own).
     fn created(&self) -> Value {
         let made = self.made();
@@ -132,10 +141,7 @@ async fn a_missing_copy_is_made_in_its_namespace_and_then_found_in_order() {
     assert_eq!(created["metadata"]["annotations"][TENANT_UID], "u1");
 
     // What it made is what it wants: the next reconcile asks nothing.
-    fixture.super_has("configmaps", created);
-    fixture.clear();
-    assert_eq!(fixture.reconcile("configmaps", "settings").await.unwrap(), Done::default());
-    assert_eq!(fixture.made(), Vec::<String>::new());
+    fixture.assert_in_order("configmaps", "settings", created).await;
 }
 
 #[tokio::test]
@@ -289,10 +295,7 @@ async fn data_the_cache_holds_as_a_digest_is_read_whole_only_to_write_a_copy() {
     let copy = fixture.created();
     assert_eq!(copy["data"], big);
     // A copy with the same data (equal digests): nothing is read, nothing is written.
-    fixture.super_has("configmaps", copy);
-    fixture.clear();
-    assert_eq!(fixture.reconcile("configmaps", "settings").await.unwrap(), Done::default());
-    assert_eq!(fixture.made(), Vec::<String>::new());
+    fixture.assert_in_order("configmaps", "settings", copy).await;
 }
 
 #[tokio::test]
