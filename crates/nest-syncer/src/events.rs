@@ -24,10 +24,9 @@ pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, namespace: &str, name: 
     let Some((_, kind_name)) = ABOUT.iter().find(|(kind, _)| Some(*kind) == involved.kind.as_deref()) else {
         return Ok(Done::default());
     };
-    let Some(kind) = syncer.kinds.iter().position(|k| k.name == *kind_name) else { return Ok(Done::default()) };
+    let Some(kind) = syncer.find_kind(kind_name) else { return Ok(Done::default()) };
     let object_name = involved.name.clone().unwrap_or_default();
-    let reference = ObjectRef::new_with(&object_name, syncer.kinds[kind].resource.clone()).within(namespace);
-    let Some(object) = syncer.super_objects[kind].get(&reference) else { return Ok(Done::default()) };
+    let Some(object) = syncer.super_object(kind, namespace, &object_name) else { return Ok(Done::default()) };
     let (labels, annotations) = (object.labels(), object.annotations());
     if labels.get(TENANT_LABEL) != Some(&tenant.key) {
         return Ok(Done::default());

@@ -18,7 +18,6 @@ use hyper::body::Frame;
 use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::runtime::reflector::ObjectRef;
 use nest_kubelet_server::{Body, Tls, text};
 
 use crate::names::{self, TENANT_LABEL};
@@ -107,12 +106,11 @@ async fn handle(syncer: &Syncer, key: &str, request: Request<hyper::body::Incomi
     }
     // Only a pod this tenant owns.
     let super_namespace = names::super_namespace(key, namespace);
-    let Some(pods) = syncer.kinds.iter().position(|k| k.name == "pods") else {
+    let Some(pods) = syncer.find_kind("pods") else {
         return text(StatusCode::NOT_FOUND, "no pods\n");
     };
-    let reference = ObjectRef::new_with(pod, syncer.kinds[pods].resource.clone()).within(&super_namespace);
     // Labelled with the tenant and made by the syncer for one of its pods (its control plane's pods are labelled too).
-    let owned = syncer.super_objects[pods].get(&reference).is_some_and(|p| {
+    let owned = syncer.super_object(pods, &super_namespace, pod).is_some_and(|p| {
         p.metadata.labels.as_ref().and_then(|l| l.get(TENANT_LABEL)).map(String::as_str) == Some(key)
             && p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(names::TENANT_NAME))
     });

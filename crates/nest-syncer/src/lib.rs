@@ -7,9 +7,13 @@
 //! - [`tenants`]: finds tenants by watching NestedControlPlanes and Clusters, starts a watch of each synced kind in
 //!   each (through its `<cluster>-kubeconfig` Secret), and removes everything of a tenant that is deleted, as its
 //!   [`lifecycle`] (a state machine) says.
-//! - [`kinds`]: the registry of synced kinds and how a tenant object becomes its super object.
-//! - [`sync`]: the reconcile of one object, both ways; it only ever changes super objects whose tenant UID annotation
-//!   matches.
+//! - [`kinds`]: the table of synced kinds, one file per kind: how a tenant object becomes its super object, and
+//!   the kind's [`kinds::Hooks`] (what it needs first, how it is repaired, what goes up, what goes with it).
+//! - [`sync`]: the workers: each takes an [`Item`] from the queue and reconciles it, retrying failures.
+//! - [`object`]: the reconcile of one tenant object of a synced kind, both ways, the same for every kind; it only
+//!   ever changes super objects whose tenant UID annotation matches. Its requests go through
+//!   [`requests::Requests`], which unit tests fake; [`caps`] holds it to the tenant's caps and quota.
+//! - [`namespaces`]: tenant namespaces, their super namespaces, Pod Security labels and LimitRanges.
 //! - [`nodes`]: virtual nodes, their status and their Leases.
 //! - [`events`]: Events about tenants' objects, copied up; [`public`]: storage classes, priority classes and CRDs
 //!   the super cluster marks public, copied into every tenant.
@@ -25,6 +29,7 @@
 //! and removes super objects whose tenant object is gone (also those deleted while the syncer was not running).
 
 pub mod addresses;
+pub mod caps;
 pub mod compute;
 pub mod events;
 pub mod kinds;
@@ -32,10 +37,13 @@ pub mod kubelet;
 pub mod lifecycle;
 pub mod metrics;
 pub mod names;
+pub mod namespaces;
 pub mod nodes;
+pub mod object;
 pub mod policy;
 pub mod public;
 pub mod queue;
+pub mod requests;
 pub mod sync;
 pub mod tenants;
 pub mod tokens;
@@ -45,14 +53,17 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Event, LimitRange, Namespace, Node, PersistentVolume};
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::{self, Store};
+use kube::core::ApiResource;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::kinds::Kind;
+use crate::kinds::{Kind, KindId};
 use crate::queue::Queue;
 use crate::tenants::Tenant;
 
@@ -148,44 +159,6 @@ impl kube::runtime::utils::Backoff for Retry {
     fn reset(&mut self) {
         self.0 = Duration::from_millis(250);
     }
-}
-
-/// Keeps of a super pod only what the syncer reads (its metadata, status, node, grace period, and containers' names,
-/// images and the CPU and memory they ask for, which the tenant's quota counts), so that the cache of ten thousand
-/// pods stays small.
-fn prune_super_pod(pod: &mut DynamicObject) {
-    let spec = &pod.data["spec"];
-    let compute = |resources: &serde_json::Value| {
-        let amounts = |field: &str| {
-            let kept: serde_json::Map<String, serde_json::Value> = ["cpu", "memory"]
-                .into_iter()
-                .filter_map(|r| resources[field].get(r).map(|amount| (r.to_string(), amount.clone())))
-                .collect();
-            serde_json::Value::Object(kept)
-        };
-        serde_json::json!({"requests": amounts("requests"), "limits": amounts("limits")})
-    };
-    let list = |name: &str, image: bool| -> Vec<serde_json::Value> {
-        spec[name]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                let mut kept = serde_json::json!({"name": c["name"], "resources": compute(&c["resources"])});
-                if image {
-                    kept["image"] = c["image"].clone();
-                }
-                kept
-            })
-            .collect()
-    };
-    let pruned = serde_json::json!({
-        "nodeName": spec["nodeName"], "containers": list("containers", true),
-        "initContainers": list("initContainers", false),
-        "terminationGracePeriodSeconds": spec["terminationGracePeriodSeconds"],
-    });
-    pod.data["spec"] = pruned;
-    pod.metadata.managed_fields = None;
 }
 
 /// Where a compacted tenant object keeps its body.
@@ -315,23 +288,70 @@ pub fn full(object: &DynamicObject) -> serde_json::Value {
 /// What one reconcile works on: an object of a tenant.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Item {
-    /// An object of kind `kinds[kind]`, by its tenant namespace and name.
-    Object { kind: usize, namespace: String, name: String },
+    /// An object of synced kind `kind`, by its tenant namespace and name.
+    Object { kind: KindId, namespace: String, name: String },
     /// A tenant namespace.
     Namespace(String),
     /// A super Event, by its super namespace and name, told to the tenant whose object it is about.
     Event { namespace: String, name: String },
-    /// A public super object of kind `kinds::public()[kind]`, copied into the tenant.
+    /// A public super object of kind `Syncer::public[kind]` ([`kinds::public`]), copied into the tenant.
     Public { kind: usize, name: String },
     /// A super PersistentVolume bound to a claim of the tenant, copied into the tenant.
     Volume(String),
+}
+
+/// The objects of one synced kind on one side (the super cluster, or a tenant) as a watch keeps them, and whether
+/// that watch has filled it once: an object of a kind whose caches are not filled on both sides waits, so that
+/// nothing is deleted for lack of news (a custom resource's cache fills only once its CRD exists).
+pub struct Cache {
+    pub objects: Store<DynamicObject>,
+    resource: ApiResource,
+    filled: AtomicBool,
+}
+
+impl Cache {
+    /// A cache of `resource` read from `objects`, not yet filled.
+    pub fn new(objects: Store<DynamicObject>, resource: ApiResource) -> Cache {
+        Cache { objects, resource, filled: AtomicBool::new(false) }
+    }
+
+    /// The object `namespace/name`, if the cache has it.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        self.objects.get(&ObjectRef::new_with(name, self.resource.clone()).within(namespace))
+    }
+
+    /// Whether its watch has filled it once.
+    pub fn is_filled(&self) -> bool {
+        self.filled.load(Ordering::SeqCst)
+    }
+
+    /// Records that its watch has filled it.
+    pub fn set_filled(&self) {
+        self.filled.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One synced kind as the syncer holds it: the kind, and the super cluster's objects of it (only those labelled
+/// with a tenant).
+struct Synced {
+    kind: Kind,
+    objects: Cache,
+}
+
+/// A kind the super cluster shares with every tenant ([`kinds::public`]), and its public objects.
+pub struct Public {
+    /// The plural resource name (`storageclasses`).
+    pub name: &'static str,
+    pub resource: ApiResource,
+    pub objects: Store<DynamicObject>,
 }
 
 /// What every task shares.
 pub struct Syncer {
     pub super_client: Client,
     pub options: Options,
-    pub kinds: Vec<Kind>,
+    /// The synced kinds, built-in first, with the super cluster's objects of each: found by [`KindId`].
+    kinds: Vec<Synced>,
     pub queue: Queue<Item>,
     /// The tenants that have been started (their clients, watches and caches), by key.
     pub tenants: RwLock<BTreeMap<String, Arc<Tenant>>>,
@@ -340,19 +360,14 @@ pub struct Syncer {
     pub api_addresses: RwLock<std::collections::BTreeSet<std::net::IpAddr>>,
     /// Where every known tenant is in its life ([`lifecycle`]), by key: the one record of it.
     pub lifecycle: std::sync::Mutex<BTreeMap<String, lifecycle::Phase>>,
-    /// How many of `kinds` are built in (the rest are configured custom resources).
+    /// How many of the kinds are built in (the rest are configured custom resources).
     pub built_in: usize,
-    /// The super objects of every tenant, one store per kind (only objects labelled with a tenant).
-    pub super_objects: Vec<Store<DynamicObject>>,
-    /// Whether each of `super_objects` has been filled once (a custom resource's only once its CRD exists).
-    pub super_ready: Vec<std::sync::atomic::AtomicBool>,
     pub super_namespaces: Store<Namespace>,
     pub super_nodes: Store<Node>,
     /// Events in the super cluster (those of tenants' objects are copied up).
     pub super_events: Store<Event>,
-    /// The kinds the super cluster shares (`kinds::public()`), and their objects, one store per kind.
-    pub public_kinds: Vec<(&'static str, kube::core::ApiResource)>,
-    pub public: Vec<Store<DynamicObject>>,
+    /// The kinds the super cluster shares, and their objects.
+    pub public: Vec<Public>,
     /// The super cluster's PersistentVolumes (those bound to tenants' claims are copied up).
     pub super_volumes: Store<PersistentVolume>,
     /// The LimitRanges the syncer keeps in tenants' super namespaces ([`compute::LIMIT_RANGE`]).
@@ -374,7 +389,38 @@ impl Syncer {
     pub fn phase(&self, key: &str) -> Option<lifecycle::Phase> {
         self.lifecycle.lock().expect("the lifecycle lock").get(key).copied()
     }
+
+    /// Synced kind `id`.
+    pub fn kind(&self, id: KindId) -> &Kind {
+        &self.kinds[id.index()].kind
+    }
+
+    /// The super cluster's objects of synced kind `id`.
+    pub fn super_cache(&self, id: KindId) -> &Cache {
+        &self.kinds[id.index()].objects
+    }
+
+    /// The super object `namespace/name` of synced kind `id`, as the cache has it.
+    pub fn super_object(&self, id: KindId, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        self.super_cache(id).get(namespace, name)
+    }
+
+    /// Every synced kind, built-in first.
+    pub fn kind_ids(&self) -> impl Iterator<Item = KindId> + use<> {
+        (0..self.kinds.len()).map(KindId::new)
+    }
+
+    /// The synced kind of plural resource name `plural`, if it is synced.
+    pub fn find_kind(&self, plural: &str) -> Option<KindId> {
+        self.kinds.iter().position(|synced| synced.kind.name == plural).map(KindId::new)
+    }
 }
+
+/// A watch that feeds a cache (and the queue), run with the syncer.
+type Feed = futures_util::future::BoxFuture<'static, ()>;
+
+/// Where the feeds find the syncer, set once it exists (they are made before it, and run only after).
+type Slot = Arc<std::sync::OnceLock<Arc<Syncer>>>;
 
 /// Runs the syncer against the super cluster until it stops.
 pub async fn run(super_client: Client, options: Options) {
@@ -386,166 +432,230 @@ pub fn start(super_client: Client, options: Options) -> (Arc<Syncer>, futures_ut
     let mut kinds = kinds::built_in();
     let built_in = kinds.len();
     kinds.extend(options.custom.iter().map(|(group, version, kind)| kinds::custom(group, version, kind)));
-    let tenant_selector = watcher::Config::default().labels(names::TENANT_LABEL);
-    let mut feeds: Vec<futures_util::future::BoxFuture<'static, ()>> = Vec::new();
-    let mut super_objects = Vec::new();
-    // The feeds enqueue work for the syncer, made once the stores exist; they run only once it is set.
-    let syncer_slot: Arc<std::sync::OnceLock<Arc<Syncer>>> = Arc::new(std::sync::OnceLock::new());
-    for (index, kind) in kinds.iter().enumerate() {
-        let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
-        let store = writer.as_reader();
-        let api: Api<DynamicObject> = Api::all_with(super_client.clone(), &kind.resource);
-        let slot = syncer_slot.clone();
-        let (pods, verbatim) = (kind.name == "pods", kind.verbatim);
-        let stream = watcher(api, tenant_selector.clone()).backoff(Retry::new()).modify(move |object| {
-            if pods {
-                prune_super_pod(object);
-            }
-            // The pods' token Secrets are the syncer's own, and it reads which tokens they hold.
-            let own = object.metadata.name.as_deref().is_some_and(|n| n.starts_with(tokens::SECRET_PREFIX));
-            compact(object, if own { &[] } else { verbatim });
-        });
-        let feed = reflector::reflector(writer, stream).touched_objects().for_each(move |object| {
-            match (object, slot.get()) {
-                (Ok(object), Some(syncer)) => sync::enqueue_super(syncer, index, &object),
-                (Err(error), _) => tracing::debug!(%error, "watching the super cluster"),
-                _ => {}
-            }
-            async {}
-        });
-        feeds.push(Box::pin(feed));
-        super_objects.push(store);
-    }
-    let (super_namespaces, feed) =
-        nest_client::cache_then(Api::<Namespace>::all(super_client.clone()), tenant_selector, Retry::new(), |_| {});
-    feeds.push(Box::pin(feed));
-    let (super_nodes, feed) =
-        nest_client::cache_then(Api::<Node>::all(super_client.clone()), Default::default(), Retry::new(), |_| {});
-    feeds.push(Box::pin(feed));
-    let slot = syncer_slot.clone();
-    let (super_events, feed) = nest_client::cache_then(
-        Api::<Event>::all(super_client.clone()),
-        Default::default(),
-        Retry::new(),
-        move |seen| {
-            if let (nest_client::Seen::Applied(event), Some(syncer)) = (seen, slot.get()) {
-                sync::enqueue_event(syncer, event);
-            }
-        },
-    );
-    feeds.push(Box::pin(feed));
-    let slot = syncer_slot.clone();
-    let (super_volumes, feed) = nest_client::cache_then(
-        Api::<PersistentVolume>::all(super_client.clone()),
-        Default::default(),
-        Retry::new(),
-        move |seen| {
-            let (nest_client::Seen::Applied(volume) | nest_client::Seen::Deleted(volume)) = seen;
-            if let Some(syncer) = slot.get() {
-                volumes::enqueue(syncer, volume);
-            }
-        },
-    );
-    feeds.push(Box::pin(feed));
-    // The tenants' LimitRanges: one changed or deleted by someone else is put back by its namespace's reconcile.
-    let slot = syncer_slot.clone();
-    let (super_limit_ranges, feed) = nest_client::cache_then(
-        Api::<LimitRange>::all(super_client.clone()),
-        watcher::Config::default().labels(names::TENANT_LABEL),
-        Retry::new(),
-        move |seen| {
-            let (nest_client::Seen::Applied(range) | nest_client::Seen::Deleted(range)) = seen;
-            if let Some(syncer) = slot.get() {
-                sync::enqueue_namespace_of(syncer, range.metadata.namespace.as_deref().unwrap_or_default());
-            }
-        },
-    );
-    feeds.push(Box::pin(feed));
-    let mut public = Vec::new();
-    let public_kinds = kinds::public();
-    for (index, (_, resource)) in public_kinds.iter().cloned().enumerate() {
-        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
-        public.push(writer.as_reader());
-        let api: Api<DynamicObject> = Api::all_with(super_client.clone(), &resource);
-        let slot = syncer_slot.clone();
-        let selector = watcher::Config::default().labels(&format!("{}=true", names::PUBLIC_LABEL));
-        let feed = reflector::reflector(writer, watcher(api, selector).backoff(Retry::new()))
-            .touched_objects()
-            .for_each(move |object| {
-                if let (Ok(object), Some(syncer)) = (object, slot.get()) {
-                    let keys: Vec<String> = syncer.tenants.read().expect("the tenants lock").keys().cloned().collect();
-                    for key in keys {
-                        syncer.queue.add(&key, Item::Public { kind: index, name: object.name_any() });
-                    }
-                }
-                async {}
-            });
-        feeds.push(Box::pin(feed));
-    }
+    let mut feeds: Vec<Feed> = Vec::new();
+    let slot: Slot = Arc::new(std::sync::OnceLock::new());
+    let kinds = kinds
+        .into_iter()
+        .enumerate()
+        .map(|(index, kind)| {
+            let (objects, feed) = watch_kind(&super_client, KindId::new(index), &kind, slot.clone());
+            feeds.push(feed);
+            Synced { kind, objects }
+        })
+        .collect();
+    let cluster = watch_super_cluster(&super_client, &slot, &mut feeds);
+    let public = kinds::public()
+        .into_iter()
+        .enumerate()
+        .map(|(index, (name, resource))| {
+            let (objects, feed) = watch_public(&super_client, index, &resource, slot.clone());
+            feeds.push(feed);
+            Public { name, resource, objects }
+        })
+        .collect();
+    let syncer = Arc::new(assemble(super_client, options, kinds, built_in, cluster, public));
+    let _ = slot.set(syncer.clone());
+    let feeds = futures_util::future::join_all(feeds);
+    let work = work(syncer.clone());
+    (
+        syncer,
+        Box::pin(async move {
+            tokio::join!(feeds, work);
+        }),
+    )
+}
+
+/// The syncer of `kinds` (the first `built_in` of them built in), over the caches of the super cluster given.
+fn assemble(
+    super_client: Client,
+    options: Options,
+    kinds: Vec<Synced>,
+    built_in: usize,
+    cluster: SuperCluster,
+    public: Vec<Public>,
+) -> Syncer {
     let kubelet_connections = nest_kubelet_server::Connections::new(options.kubelet_limits.clone());
-    let syncer = Arc::new(Syncer {
+    Syncer {
         super_client,
         options,
-        super_ready: kinds.iter().map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
         kinds,
         built_in,
         queue: Queue::default(),
         tenants: RwLock::new(BTreeMap::new()),
         lifecycle: std::sync::Mutex::new(BTreeMap::new()),
         api_addresses: RwLock::new(Default::default()),
-        super_objects,
-        super_namespaces,
-        super_nodes,
-        super_events,
-        public_kinds,
+        super_namespaces: cluster.namespaces,
+        super_nodes: cluster.nodes,
+        super_events: cluster.events,
         public,
-        super_volumes,
-        super_limit_ranges,
+        super_volumes: cluster.volumes,
+        super_limit_ranges: cluster.limit_ranges,
         metrics: metrics::Metrics::default(),
         failures: Default::default(),
         kubelet_connections,
+    }
+}
+
+#[cfg(test)]
+impl Syncer {
+    /// A syncer of the built-in kinds whose caches are filled by hand (through the writers returned, one per kind)
+    /// and whose client reaches nothing, for unit tests of what it decides.
+    pub(crate) fn for_tests(
+        super_client: Client,
+        options: Options,
+    ) -> (Syncer, Vec<reflector::store::Writer<DynamicObject>>) {
+        let mut writers = Vec::new();
+        let kinds: Vec<Synced> = kinds::built_in()
+            .into_iter()
+            .map(|kind| {
+                let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
+                let objects = Cache::new(writer.as_reader(), kind.resource.clone());
+                writers.push(writer);
+                Synced { kind, objects }
+            })
+            .collect();
+        let cluster = SuperCluster {
+            namespaces: reflector::store().0,
+            nodes: reflector::store().0,
+            events: reflector::store().0,
+            volumes: reflector::store().0,
+            limit_ranges: reflector::store().0,
+        };
+        let built_in = kinds.len();
+        (assemble(super_client, options, kinds, built_in, cluster, Vec::new()), writers)
+    }
+}
+
+/// The watch of the super objects of synced kind `id` (those labelled with a tenant), and its cache: each object
+/// is pruned as the kind says and compacted; a changed one queues the tenant object it stands for.
+fn watch_kind(client: &Client, id: KindId, kind: &Kind, slot: Slot) -> (Cache, Feed) {
+    let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
+    let store = writer.as_reader();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
+    let (prune, verbatim) = (kind.prune, kind.verbatim);
+    let selector = watcher::Config::default().labels(names::TENANT_LABEL);
+    let stream = watcher(api, selector).backoff(Retry::new()).modify(move |object| {
+        if let Some(prune) = prune {
+            prune(object);
+        }
+        // The pods' token Secrets are the syncer's own, and it reads which tokens they hold.
+        let own = object.metadata.name.as_deref().is_some_and(|n| n.starts_with(tokens::SECRET_PREFIX));
+        compact(object, if own { &[] } else { verbatim });
     });
-    let _ = syncer_slot.set(syncer.clone());
-    let feeds = futures_util::future::join_all(feeds);
-    let running = syncer.clone();
-    let work = async move {
-        let syncer = running;
-        // Nothing is decided before the super cluster's caches are filled: an empty cache would look like objects to
-        // delete.
-        for (index, store) in syncer.super_objects.iter().enumerate() {
-            let (store, ready) = (store.clone(), syncer.clone());
-            tokio::spawn(async move {
-                if store.wait_until_ready().await.is_ok() {
-                    ready.super_ready[index].store(true, std::sync::atomic::Ordering::SeqCst);
+    let feed = reflector::reflector(writer, stream).touched_objects().for_each(move |object| {
+        match (object, slot.get()) {
+            (Ok(object), Some(syncer)) => sync::enqueue_super(syncer, id, &object),
+            (Err(error), _) => tracing::debug!(%error, "watching the super cluster"),
+            _ => {}
+        }
+        async {}
+    });
+    (Cache::new(store, kind.resource.clone()), Box::pin(feed))
+}
+
+/// The caches of the super cluster's own objects the syncer reads.
+struct SuperCluster {
+    namespaces: Store<Namespace>,
+    nodes: Store<Node>,
+    events: Store<Event>,
+    volumes: Store<PersistentVolume>,
+    limit_ranges: Store<LimitRange>,
+}
+
+/// Watches the super cluster's tenant namespaces, nodes, Events, PersistentVolumes and tenants' LimitRanges; their
+/// feeds go to `feeds`.
+fn watch_super_cluster(client: &Client, slot: &Slot, feeds: &mut Vec<Feed>) -> SuperCluster {
+    let tenant_selector = || watcher::Config::default().labels(names::TENANT_LABEL);
+    let (namespaces, feed) =
+        nest_client::cache_then(Api::<Namespace>::all(client.clone()), tenant_selector(), Retry::new(), |_| {});
+    feeds.push(Box::pin(feed));
+    let (nodes, feed) =
+        nest_client::cache_then(Api::<Node>::all(client.clone()), Default::default(), Retry::new(), |_| {});
+    feeds.push(Box::pin(feed));
+    let slot_of_events = slot.clone();
+    let (events, feed) =
+        nest_client::cache_then(Api::<Event>::all(client.clone()), Default::default(), Retry::new(), move |seen| {
+            if let (nest_client::Seen::Applied(event), Some(syncer)) = (seen, slot_of_events.get()) {
+                sync::enqueue_event(syncer, event);
+            }
+        });
+    feeds.push(Box::pin(feed));
+    let slot_of_volumes = slot.clone();
+    let (volumes, feed) = nest_client::cache_then(
+        Api::<PersistentVolume>::all(client.clone()),
+        Default::default(),
+        Retry::new(),
+        move |seen| {
+            let (nest_client::Seen::Applied(volume) | nest_client::Seen::Deleted(volume)) = seen;
+            if let Some(syncer) = slot_of_volumes.get() {
+                volumes::enqueue(syncer, volume);
+            }
+        },
+    );
+    feeds.push(Box::pin(feed));
+    // The tenants' LimitRanges: one changed or deleted by someone else is put back by its namespace's reconcile.
+    let slot_of_ranges = slot.clone();
+    let (limit_ranges, feed) =
+        nest_client::cache_then(Api::<LimitRange>::all(client.clone()), tenant_selector(), Retry::new(), move |seen| {
+            let (nest_client::Seen::Applied(range) | nest_client::Seen::Deleted(range)) = seen;
+            if let Some(syncer) = slot_of_ranges.get() {
+                sync::enqueue_namespace_of(syncer, range.metadata.namespace.as_deref().unwrap_or_default());
+            }
+        });
+    feeds.push(Box::pin(feed));
+    SuperCluster { namespaces, nodes, events, volumes, limit_ranges }
+}
+
+/// The watch of the public objects of shared kind `index` (labelled [`names::PUBLIC_LABEL`] `"true"`), which
+/// queues each changed one for every tenant, and its cache.
+fn watch_public(client: &Client, index: usize, resource: &ApiResource, slot: Slot) -> (Store<DynamicObject>, Feed) {
+    let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+    let store = writer.as_reader();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    let selector = watcher::Config::default().labels(&format!("{}=true", names::PUBLIC_LABEL));
+    let feed = reflector::reflector(writer, watcher(api, selector).backoff(Retry::new())).touched_objects().for_each(
+        move |object| {
+            if let (Ok(object), Some(syncer)) = (object, slot.get()) {
+                let keys: Vec<String> = syncer.tenants.read().expect("the tenants lock").keys().cloned().collect();
+                for key in keys {
+                    syncer.queue.add(&key, Item::Public { kind: index, name: object.name_any() });
                 }
-            });
-        }
-        // Those tasks are the stores' only waiters: a kube-runtime store wakes one waiter.
-        while !syncer.super_ready[..syncer.built_in].iter().all(|r| r.load(std::sync::atomic::Ordering::SeqCst)) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let _ = syncer.super_namespaces.wait_until_ready().await;
-        let _ = syncer.super_nodes.wait_until_ready().await;
-        let _ = syncer.super_volumes.wait_until_ready().await;
-        let _ = syncer.super_limit_ranges.wait_until_ready().await;
-        for store in &syncer.public {
-            let _ = store.wait_until_ready().await;
-        }
-        let workers = (0..syncer.options.workers.max(1)).map(|_| sync::work(syncer.clone()));
-        tokio::join!(
-            futures_util::future::join_all(workers),
-            tenants::discover(syncer.clone()),
-            nodes::run(syncer.clone()),
-            policy::follow_api_server(syncer.clone())
-        );
-    };
-    let handle = syncer.clone();
-    (
-        handle,
-        Box::pin(async move {
-            tokio::join!(feeds, work);
-        }),
-    )
+            }
+            async {}
+        },
+    );
+    (store, Box::pin(feed))
+}
+
+/// Once the super cluster's caches are filled (nothing is decided before: an empty cache would look like objects
+/// to delete), the workers, the tenants' discovery, the virtual nodes and the API server's addresses.
+async fn work(syncer: Arc<Syncer>) {
+    for id in syncer.kind_ids() {
+        let (store, ready) = (syncer.super_cache(id).objects.clone(), syncer.clone());
+        tokio::spawn(async move {
+            if store.wait_until_ready().await.is_ok() {
+                ready.super_cache(id).set_filled();
+            }
+        });
+    }
+    // Those tasks are the stores' only waiters: a kube-runtime store wakes one waiter.
+    while !syncer.kind_ids().take(syncer.built_in).all(|id| syncer.super_cache(id).is_filled()) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = syncer.super_namespaces.wait_until_ready().await;
+    let _ = syncer.super_nodes.wait_until_ready().await;
+    let _ = syncer.super_volumes.wait_until_ready().await;
+    let _ = syncer.super_limit_ranges.wait_until_ready().await;
+    for public in &syncer.public {
+        let _ = public.objects.wait_until_ready().await;
+    }
+    let workers = (0..syncer.options.workers.max(1)).map(|_| sync::work(syncer.clone()));
+    tokio::join!(
+        futures_util::future::join_all(workers),
+        tenants::discover(syncer.clone()),
+        nodes::run(syncer.clone()),
+        policy::follow_api_server(syncer.clone())
+    );
 }
 
 #[cfg(test)]
@@ -564,7 +674,7 @@ mod tests {
             "status": {"phase": "Running"},
         });
         let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
-        prune_super_pod(&mut object);
+        kinds::prune_super_pod(&mut object);
         compact(&mut object, &[]);
         let cached = full(&object);
         assert!(cached["spec"].get("volumes").is_none() && cached["spec"]["containers"][0].get("env").is_none());

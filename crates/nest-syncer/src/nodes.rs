@@ -142,8 +142,10 @@ async fn refresh(
 ) -> kube::Result<()> {
     let nodes: Api<Node> = Api::all(tenant.client.clone());
     let virtual_nodes = nodes.list(&ListParams::default().labels(VIRTUAL_NODE_LABEL)).await?;
-    let pods = syncer.kinds.iter().position(|k| k.name == "pods").expect("pods are synced");
-    let bound: Vec<String> = tenant.objects[pods]
+    let pods = syncer.find_kind("pods").expect("pods are synced");
+    let bound: Vec<String> = tenant
+        .cache(pods)
+        .objects
         .state()
         .iter()
         .filter_map(|p| p.data["spec"]["nodeName"].as_str().map(str::to_string))

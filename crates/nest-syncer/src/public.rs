@@ -12,9 +12,9 @@ use crate::sync::Done;
 use crate::tenants::Tenant;
 
 pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, kind: usize, name: &str) -> kube::Result<Done> {
-    let (_, resource) = &syncer.public_kinds[kind];
-    let api: Api<DynamicObject> = Api::all_with(tenant.client.clone(), resource);
-    let shared = syncer.public[kind].get(&ObjectRef::new_with(name, resource.clone()));
+    let Some(public) = syncer.public.get(kind) else { return Ok(Done::default()) };
+    let api: Api<DynamicObject> = Api::all_with(tenant.client.clone(), &public.resource);
+    let shared = public.objects.get(&ObjectRef::new_with(name, public.resource.clone()));
     let existing = api.get_opt(name).await?;
     let copied = |object: &DynamicObject| {
         object.metadata.labels.as_ref().and_then(|l| l.get(FROM_SUPER_LABEL)).map(String::as_str) == Some("true")
@@ -71,8 +71,8 @@ pub async fn reconcile(syncer: &Syncer, tenant: &Tenant, kind: usize, name: &str
 /// Every public object, as items for one tenant.
 pub fn items(syncer: &Syncer) -> Vec<crate::Item> {
     let mut items = Vec::new();
-    for (kind, store) in syncer.public.iter().enumerate() {
-        for object in store.state() {
+    for (kind, public) in syncer.public.iter().enumerate() {
+        for object in public.objects.state() {
             if let Some(name) = object.metadata.name.clone() {
                 items.push(crate::Item::Public { kind, name });
             }

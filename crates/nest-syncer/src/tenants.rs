@@ -18,6 +18,7 @@ use kube::{Client, ResourceExt};
 use nest_capn_api::{CLUSTER_NAME_LABEL, Cluster, NestedControlPlane};
 use tokio::task::JoinHandle;
 
+use crate::kinds::KindId;
 use crate::lifecycle::{self, Action, Event};
 use crate::names::{self, TENANT_LABEL};
 use crate::{Item, Syncer};
@@ -36,12 +37,9 @@ pub struct Tenant {
     pub api_server: (String, i32),
     /// The port of the tenant's kubelet endpoint ([`crate::kubelet`]), on the syncer's kubelet address.
     pub kubelet_port: Option<u16>,
-    /// The tenant's objects, one store per synced kind.
-    pub objects: Vec<Store<DynamicObject>>,
+    /// The tenant's objects, one cache per synced kind ([`Tenant::cache`]).
+    caches: Vec<crate::Cache>,
     pub namespaces: Store<Namespace>,
-    /// Whether each kind's store has been filled once (a custom resource's only once the tenant has its CRD); an
-    /// object of a kind whose stores are not filled on both sides waits, so that nothing is deleted for lack of news.
-    pub kind_ready: Vec<AtomicBool>,
     /// The Pod Security level its super namespaces enforce (annotation [`POD_SECURITY_ANNOTATION`], else the
     /// syncer's `--pod-security-level`); followed when the platform admin changes it.
     pub pod_security: std::sync::RwLock<PodSecurityLevel>,
@@ -50,7 +48,7 @@ pub struct Tenant {
     pub policy: std::sync::RwLock<crate::policy::Policy>,
     /// Super objects the syncer let through its caps and quota and created, which its cache may not show yet, by
     /// kind and super namespace and name: they count until it does ([`crate::sync`]).
-    pub reserved: std::sync::Mutex<std::collections::HashMap<(usize, String, String), Reservation>>,
+    pub reserved: std::sync::Mutex<std::collections::HashMap<(KindId, String, String), Reservation>>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -63,6 +61,49 @@ pub struct Reservation {
     pub usage: crate::compute::Usage,
     /// When it was let through.
     pub at: std::time::Instant,
+}
+
+impl Tenant {
+    /// The tenant's objects of synced kind `id`.
+    pub fn cache(&self, id: KindId) -> &crate::Cache {
+        &self.caches[id.index()]
+    }
+}
+
+#[cfg(test)]
+impl Tenant {
+    /// Tenant `key` of `syncer` with empty caches (filled by hand through the writers returned, one per synced
+    /// kind), the syncer's policy, and a client that reaches nothing, for unit tests of what the syncer decides.
+    pub(crate) fn for_tests(
+        syncer: &Syncer,
+        key: &str,
+        client: Client,
+    ) -> (Tenant, Vec<reflector::store::Writer<DynamicObject>>) {
+        let mut writers = Vec::new();
+        let mut caches = Vec::new();
+        for id in syncer.kind_ids() {
+            let resource = syncer.kind(id).resource.clone();
+            let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+            caches.push(crate::Cache::new(writer.as_reader(), resource));
+            writers.push(writer);
+        }
+        let tenant = Tenant {
+            key: key.to_string(),
+            namespace: "default".into(),
+            cluster: "tenant".into(),
+            plane: "tenant".into(),
+            client,
+            api_server: ("10.0.0.9".into(), 6443),
+            kubelet_port: None,
+            caches,
+            namespaces: reflector::store().0,
+            pod_security: std::sync::RwLock::new(PodSecurityLevel::Restricted),
+            policy: std::sync::RwLock::new(syncer.options.policy.clone()),
+            reserved: Default::default(),
+            tasks: Default::default(),
+        };
+        (tenant, writers)
+    }
 }
 
 impl Drop for Tenant {
@@ -443,10 +484,11 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
             None
         }
     };
-    let mut objects = Vec::new();
-    for (index, kind) in syncer.kinds.iter().enumerate() {
+    let mut caches = Vec::new();
+    for id in syncer.kind_ids() {
+        let kind = syncer.kind(id);
         let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
-        objects.push(writer.as_reader());
+        caches.push(crate::Cache::new(writer.as_reader(), kind.resource.clone()));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
         let (queue_owner, key) = (syncer.clone(), found.key.clone());
         let verbatim = kind.verbatim;
@@ -458,7 +500,7 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
             }
             if let Ok(object) = object {
                 let item = Item::Object {
-                    kind: index,
+                    kind: id,
                     namespace: object.namespace().unwrap_or_default(),
                     name: object.name_any(),
                 };
@@ -490,9 +532,8 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
         client,
         api_server,
         kubelet_port,
-        objects,
+        caches,
         namespaces,
-        kind_ready: syncer.kinds.iter().map(|_| AtomicBool::new(false)).collect(),
         pod_security: std::sync::RwLock::new(level_of(syncer, found)),
         policy: std::sync::RwLock::new(syncer.options.policy.with_annotations(&found.annotations)),
         reserved: Default::default(),
@@ -509,19 +550,19 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
 async fn patrol(syncer: Arc<Syncer>, tenant: std::sync::Weak<Tenant>) {
     {
         let Some(strong) = tenant.upgrade() else { return };
-        for (index, store) in strong.objects.iter().enumerate() {
-            let (store, weak) = (store.clone(), tenant.clone());
+        for id in syncer.kind_ids() {
+            let (store, weak) = (strong.cache(id).objects.clone(), tenant.clone());
             tokio::spawn(async move {
                 if store.wait_until_ready().await.is_ok()
                     && let Some(tenant) = weak.upgrade()
                 {
-                    tenant.kind_ready[index].store(true, Ordering::SeqCst);
+                    tenant.cache(id).set_filled();
                 }
             });
         }
         let tenant = strong;
         // The stores are waited for by the tasks above only: a kube-runtime store wakes one waiter.
-        while !tenant.kind_ready[..syncer.built_in].iter().all(|ready| ready.load(Ordering::SeqCst)) {
+        while !syncer.kind_ids().take(syncer.built_in).all(|id| tenant.cache(id).is_filled()) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let _ = tenant.namespaces.wait_until_ready().await;
@@ -550,18 +591,19 @@ pub fn enqueue_all(syncer: &Syncer, tenant: &Tenant) -> usize {
     for namespace in tenant.namespaces.state() {
         items.insert(Item::Namespace(namespace.name_any()));
     }
-    for (index, store) in tenant.objects.iter().enumerate() {
-        for object in store.state() {
+    for id in syncer.kind_ids() {
+        for object in tenant.cache(id).objects.state() {
             items.insert(Item::Object {
-                kind: index,
+                kind: id,
                 namespace: object.namespace().unwrap_or_default(),
                 name: object.name_any(),
             });
         }
     }
-    for (index, store) in syncer.super_objects.iter().enumerate() {
-        for object in store.state().iter().filter(|o| o.labels().get(TENANT_LABEL) == Some(&tenant.key)) {
-            if let Some(item) = crate::sync::tenant_item(index, object) {
+    for id in syncer.kind_ids() {
+        let objects = syncer.super_cache(id).objects.state();
+        for object in objects.iter().filter(|o| o.labels().get(TENANT_LABEL) == Some(&tenant.key)) {
+            if let Some(item) = crate::sync::tenant_item(id, object) {
                 items.insert(item);
             }
         }

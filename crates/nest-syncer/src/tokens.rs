@@ -14,7 +14,6 @@
 use std::time::{Duration, SystemTime};
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use crate::names::{self, TENANT_LABEL, TENANT_NAMESPACE, TENANT_UID};
@@ -97,10 +96,7 @@ pub async fn ensure(
         &kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
     );
     // What the Secret holds now (as the super cache has it): the same pod's tokens, each key there, not yet due.
-    let cached = syncer.kinds.iter().position(|k| k.name == "secrets").and_then(|index| {
-        let reference = ObjectRef::new_with(&secret, syncer.kinds[index].resource.clone()).within(super_namespace);
-        syncer.super_objects[index].get(&reference)
-    });
+    let cached = syncer.find_kind("secrets").and_then(|secrets| syncer.super_object(secrets, super_namespace, &secret));
     if let Some(existing) = cached.map(|o| crate::full(&o)) {
         let annotations = &existing["metadata"]["annotations"];
         let due = annotations[RENEW_AT].as_str().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);

@@ -50,10 +50,8 @@ fn wanted(syncer: &Syncer, tenant: &Tenant, name: &str) -> Option<Value> {
     let claim_ref = volume.spec.as_ref()?.claim_ref.as_ref()?;
     let (super_namespace, claim_name) = (claim_ref.namespace.as_deref()?, claim_ref.name.as_deref()?);
     // The super claim must be ours and bound to this volume, and its tenant claim must still be there.
-    let claims = syncer.kinds.iter().position(|k| k.name == "persistentvolumeclaims")?;
-    let resource = syncer.kinds[claims].resource.clone();
-    let super_claim =
-        syncer.super_objects[claims].get(&ObjectRef::new_with(claim_name, resource.clone()).within(super_namespace))?;
+    let claims = syncer.find_kind("persistentvolumeclaims")?;
+    let super_claim = syncer.super_object(claims, super_namespace, claim_name)?;
     let annotations = super_claim.annotations();
     if super_claim.labels().get(TENANT_LABEL) != Some(&tenant.key)
         || super_claim.data["spec"]["volumeName"] != name
@@ -62,7 +60,7 @@ fn wanted(syncer: &Syncer, tenant: &Tenant, name: &str) -> Option<Value> {
         return None;
     }
     let (namespace, claim) = (annotations.get(TENANT_NAMESPACE)?, annotations.get(TENANT_NAME)?);
-    let tenant_claim = tenant.objects[claims].get(&ObjectRef::new_with(claim, resource).within(namespace))?;
+    let tenant_claim = tenant.cache(claims).get(namespace, claim)?;
     if tenant_claim.metadata.uid.as_ref() != annotations.get(TENANT_UID) {
         return None;
     }
