@@ -51,8 +51,8 @@ impl Catalog {
     /// The built-ins plus what the given CustomResourceDefinitions serve, as a registry whose storage holds them
     /// serves it. A CRD naming a built-in resource adds nothing.
     pub fn with_crds<'a>(crds: impl IntoIterator<Item = &'a serde_json::Value>) -> Catalog {
-        let crd: &dyn Strategy = &crate::kinds::crd::CustomResourceDefinition;
-        Catalog::clone(KINDS.serving_with(crds.into_iter().map(|object| (crd, object))).catalog())
+        let crd = crate::kinds::crd::CustomResourceDefinition;
+        Catalog::clone(KINDS.serving_with(crds.into_iter().flat_map(|object| crd.defined_resources(object))).catalog())
     }
 }
 

@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::catalog::{Builtin, Catalog};
 use crate::strategy::{Served, Strategy};
 
@@ -37,19 +35,17 @@ impl Kinds {
         Serving::new(self.builtins.clone())
     }
 
-    /// The built-ins plus what `definitions` — stored objects of the kinds that define resources, each with its
-    /// kind's strategy — define. A definition naming a resource already served adds nothing.
-    pub fn serving_with<'a>(&self, definitions: impl IntoIterator<Item = (&'a dyn Strategy, &'a Value)>) -> Serving {
+    /// The built-ins plus `defined`: what stored objects of the kinds that define resources define (each such
+    /// kind's [`Strategy::defined_resources`]). A resource already served is not served again.
+    pub fn serving_with(&self, defined: impl IntoIterator<Item = Served>) -> Serving {
         let mut resources = self.builtins.clone();
-        for (strategy, object) in definitions {
-            for served in strategy.defined_resources(object) {
-                let info = &served.info;
-                let taken = resources.iter().any(|r| {
-                    r.info.group == info.group && r.info.version == info.version && r.info.plural == info.plural
-                });
-                if !taken {
-                    resources.push(served);
-                }
+        for served in defined {
+            let info = &served.info;
+            let taken = resources
+                .iter()
+                .any(|r| r.info.group == info.group && r.info.version == info.version && r.info.plural == info.plural);
+            if !taken {
+                resources.push(served);
             }
         }
         Serving::new(resources)

@@ -15,11 +15,15 @@
 //! | CustomResourceDefinition | [`crd`] |
 //! | custom resources | [`custom`] |
 //! | RBAC roles and bindings | [`rbac`] |
-//! | CertificateSigningRequest (and `/approval`, who made it) | [`certificate_signing_request`] |
+//! | CertificateSigningRequest (and `/approval`) | [`certificate_signing_request`] |
 //! | Node | [`node`] |
 //! | Endpoints, EndpointSlice | [`endpoints`] |
 //! | PersistentVolume, PersistentVolumeClaim | [`persistent_volume`] |
-//! | LimitRange, StorageClass, PriorityClass, Lease, NetworkPolicy | [`limit_range`], [`storage_class`], [`priority_class`], [`lease`], [`network_policy`] |
+//! | LimitRange | [`limit_range`] |
+//! | StorageClass | [`storage_class`] |
+//! | PriorityClass (and the classes every cluster has) | [`priority_class`] |
+//! | Lease | [`lease`] |
+//! | NetworkPolicy | [`network_policy`] |
 //! | what a new cluster starts with | [`bootstrap`] |
 
 pub mod bootstrap;

@@ -17,16 +17,16 @@ use super::Registry;
 /// Reads the stored definitions and installs what they make; returns the earliest revision read at, from which a
 /// watch misses no change to any of them.
 pub(super) async fn load(store: &dyn Store, kinds: &Kinds, serving: &RwLock<Arc<Serving>>) -> Result<Revision> {
-    let mut definitions = Vec::new();
+    let mut defined = Vec::new();
     let mut earliest: Option<Revision> = None;
     for definer in kinds.definers() {
         let prefix = Registry::prefix(&definer.info, None);
         let listed = store.list(prefix.as_bytes(), nest_storage::ListOptions::default()).await.storage()?;
         earliest = Some(earliest.map_or(listed.revision, |e| e.min(listed.revision)));
         let objects = listed.items.iter().filter_map(|item| serde_json::from_slice::<Value>(&item.value).ok());
-        definitions.extend(objects.map(|object| (definer.strategy.clone(), object)));
+        defined.extend(objects.flat_map(|object| definer.strategy.defined_resources(&object)));
     }
-    let made = kinds.serving_with(definitions.iter().map(|(strategy, object)| (strategy.as_ref(), object)));
+    let made = kinds.serving_with(defined);
     *serving.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(made);
     Ok(earliest.unwrap_or_default())
 }
