@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use nest_apiserver::body::decode_object;
-use nest_registry::kinds::pod_security::standards::{Level, PodView, describe, evaluate};
+use nest_registry::admission::pod_security::standards::{Level, PodView, describe, evaluate};
 use nest_registry::{Catalog, Resource};
 
 fuzz_target!(|data: &[u8]| {

@@ -62,7 +62,7 @@ pub struct Config {
     /// The Kubernetes version to report (a 1.33 patch version such as `v1.33.2`); nest's default when unset.
     pub kubernetes_version: Option<String>,
     /// Pod Security admission's defaults and exemptions.
-    pub pod_security: nest_registry::kinds::pod_security::Config,
+    pub pod_security: nest_registry::admission::pod_security::Config,
     /// The admission plugins that run (`--enable-admission-plugins`, `--disable-admission-plugins`).
     pub admission_plugins: nest_registry::admission::Plugins,
     /// What one client may take: connections, timeouts, requests in flight, the size of a request's body.
@@ -122,7 +122,7 @@ pub async fn serve(
         None => Tokens::default(),
     };
     let service_accounts = tokens::Issuer::load(&config.service_accounts, &config.data_dir)?;
-    let admission = nest_registry::admission::Chain::of(&config.admission_plugins, config.pod_security.clone());
+    let admission = nest_registry::admission::chain(&config.admission_plugins, config.pod_security.clone());
     let registry = Registry::open_with(store, config.watch_cache)
         .await?
         .with_service_cidr(config.service_cidr)

@@ -4,7 +4,7 @@
 //! that node uses it, and ask for a token only for the ServiceAccount such a pod runs as; everything else a kubelet
 //! does it may do by the node rules (its Node, Leases, pods and their status, Services, Events, reviews). Writes are
 //! narrowed further, to the node's own objects, by NodeRestriction admission
-//! (`nest_registry::kinds::node_restriction`). What this does not allow, RBAC may still allow.
+//! (`nest_registry::admission::node_restriction`). What this does not allow, RBAC may still allow.
 
 use nest_registry::{ListOptions, Registry, Result};
 use serde_json::Value;

@@ -24,7 +24,8 @@ use nest_openapi::list_meta::{self, ListType as Published};
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, Cause, Result};
-use crate::store::{Resource, Subresource};
+use crate::resource::Resource;
+use crate::strategy::Subresource;
 
 /// One element of a field path, encoded as FieldsV1 encodes it (`f:spec`, `k:{"name":"web"}`, `v:"x"`).
 pub type Path = Vec<String>;

@@ -21,7 +21,7 @@
 //! When the storage watch itself ends (history compacted or the watch overflowed), every cache is dropped, its
 //! watchers end, and caches are rebuilt on demand from a fresh list: nothing stale is ever served.
 //!
-//! The registry ([`crate::store::Registry`]) decides when to use the cache; anything the cache cannot answer —
+//! The registry (the generic store's `Registry`) decides when to use the cache; anything the cache cannot answer —
 //! an exact old revision, a continue token, a watch from before the retained history — goes to storage.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

@@ -22,7 +22,7 @@ pub struct ResourceInfo {
     /// Where the `/scale` subresource reads and writes, if there is one.
     pub scale: Option<ScalePaths>,
     /// Where the objects are stored, and in which shape, when another resource owns them (events.k8s.io events are
-    /// core events; [`crate::convert`]).
+    /// core events, renamed on the way in and out).
     pub stored_as: Option<StoredAs>,
     /// The subresources of this kind's own besides `status` and `scale` (a pod's `binding`, a namespace's
     /// `finalize`), as discovery lists them; the kind's strategy implements them.
@@ -97,7 +97,8 @@ pub enum ScaleSelector {
 }
 
 impl ScalePaths {
-    fn workload(selector: ScaleSelector) -> ScalePaths {
+    /// A built-in workload's: `.spec.replicas` and `.status.replicas`.
+    pub fn workload(selector: ScaleSelector) -> ScalePaths {
         ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), selector }
     }
 }
@@ -135,10 +136,10 @@ fn group_or_core(group: &str) -> &str {
 }
 
 /// Every verb of a resource with every verb.
-pub(crate) const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+pub const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 
-/// One built-in resource, as [`crate::kinds::BUILTINS`] lists it.
-pub(crate) struct Builtin {
+/// One built-in resource's catalogue entry, as a kind's row writes it (static, and shorter than [`ResourceInfo`]).
+pub struct Builtin {
     pub group: &'static str,
     pub version: &'static str,
     pub kind: &'static str,
@@ -157,105 +158,34 @@ pub(crate) struct Builtin {
     pub generation: bool,
 }
 
-fn strings(items: &[&str]) -> Vec<String> {
+pub(crate) fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-/// The built-in resources, in discovery order.
-pub fn builtins() -> Vec<Arc<ResourceInfo>> {
-    crate::kinds::BUILTINS
-        .iter()
-        .map(|b| {
-            Arc::new(ResourceInfo {
-                group: b.group.into(),
-                version: b.version.into(),
-                kind: b.kind.into(),
-                plural: b.plural.into(),
-                singular: b.kind.to_lowercase(),
-                namespaced: b.namespaced,
-                short_names: strings(b.short),
-                categories: strings(b.categories),
-                verbs: strings(b.verbs),
-                status: b.status,
-                scale: b.scale.clone().map(ScalePaths::workload),
-                stored_as: b.stored_as,
-                subresources: b.subresources,
-                created_status: b.created_status,
-                generation: b.generation,
-                custom: false,
-                schema: None,
-                printer_columns: Vec::new(),
-            })
-        })
-        .collect()
-}
-
-/// The resources an Established CustomResourceDefinition serves: one per served version.
-pub fn from_crd(crd: &serde_json::Value) -> Vec<Arc<ResourceInfo>> {
-    let established = crd["status"]["conditions"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
-    if !established {
-        return Vec::new();
+impl Builtin {
+    /// The entry as the catalogue serves it.
+    pub fn resource_info(&self) -> ResourceInfo {
+        ResourceInfo {
+            group: self.group.into(),
+            version: self.version.into(),
+            kind: self.kind.into(),
+            plural: self.plural.into(),
+            singular: self.kind.to_lowercase(),
+            namespaced: self.namespaced,
+            short_names: strings(self.short),
+            categories: strings(self.categories),
+            verbs: strings(self.verbs),
+            status: self.status,
+            scale: self.scale.clone().map(ScalePaths::workload),
+            stored_as: self.stored_as,
+            subresources: self.subresources,
+            created_status: self.created_status,
+            generation: self.generation,
+            custom: false,
+            schema: None,
+            printer_columns: Vec::new(),
+        }
     }
-    let spec = &crd["spec"];
-    let names = &spec["names"];
-    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-    let list = |v: &serde_json::Value| -> Vec<String> {
-        v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
-    };
-    let kind = text(&names["kind"]);
-    let singular = match text(&names["singular"]) {
-        s if s.is_empty() => kind.to_lowercase(),
-        s => s,
-    };
-    spec["versions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|v| v["served"].as_bool().unwrap_or(false))
-        .map(|v| {
-            Arc::new(ResourceInfo {
-                group: text(&spec["group"]),
-                version: text(&v["name"]),
-                kind: kind.clone(),
-                plural: text(&names["plural"]),
-                singular: singular.clone(),
-                namespaced: spec["scope"] != "Cluster",
-                short_names: list(&names["shortNames"]),
-                categories: list(&names["categories"]),
-                verbs: strings(ALL),
-                status: v["subresources"].get("status").is_some(),
-                scale: v["subresources"].get("scale").map(|scale| ScalePaths {
-                    spec_replicas: text(&scale["specReplicasPath"]),
-                    status_replicas: text(&scale["statusReplicasPath"]),
-                    selector: match scale["labelSelectorPath"].as_str() {
-                        Some(path) if !path.is_empty() => ScaleSelector::Path(path.to_string()),
-                        _ => ScaleSelector::None,
-                    },
-                }),
-                stored_as: None,
-                subresources: &[],
-                created_status: None,
-                generation: true,
-                custom: true,
-                schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
-                printer_columns: v["additionalPrinterColumns"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|c| PrinterColumn {
-                        name: text(&c["name"]),
-                        type_: text(&c["type"]),
-                        format: text(&c["format"]),
-                        description: text(&c["description"]),
-                        priority: c["priority"].as_i64().unwrap_or(0),
-                        json_path: text(&c["jsonPath"]),
-                    })
-                    .collect(),
-            })
-        })
-        .collect()
 }
 
 /// Looks resources up by group, version and plural.
@@ -265,23 +195,9 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// The built-ins.
-    pub fn builtin() -> Catalog {
-        Catalog { resources: builtins() }
-    }
-
-    /// The built-ins plus what the given CustomResourceDefinitions serve. A CRD naming a built-in resource adds
-    /// nothing.
-    pub fn with_crds<'a>(crds: impl IntoIterator<Item = &'a serde_json::Value>) -> Catalog {
-        let mut catalog = Catalog::builtin();
-        for crd in crds {
-            for info in from_crd(crd) {
-                if catalog.find(&info.group, &info.version, &info.plural).is_none() {
-                    catalog.resources.push(info);
-                }
-            }
-        }
-        catalog
+    /// The catalogue of `resources`, in the order discovery lists them.
+    pub fn new(resources: Vec<Arc<ResourceInfo>>) -> Catalog {
+        Catalog { resources }
     }
 
     /// Every served resource.

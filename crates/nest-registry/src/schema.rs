@@ -253,7 +253,7 @@ fn check_decoding(rules: Rules<'_>, schema: &Value, value: &Value, path: &str, c
     }
     if let Value::String(s) = value
         && schema.get("format").and_then(Value::as_str) == Some("byte")
-        && crate::base64::decode(s).is_none()
+        && nest_core::base64::decode(s).is_none()
     {
         causes.push(Cause::invalid(path, "Invalid value: must be base64-encoded data"));
     }

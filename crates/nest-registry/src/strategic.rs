@@ -19,7 +19,7 @@ use nest_openapi::KindSchema;
 use nest_openapi::patch_meta::{self, Strategy};
 use serde_json::{Map, Value};
 
-use crate::patch::PatchError;
+use nest_core::patch::PatchError;
 
 const PATCH: &str = "$patch";
 const RETAIN_KEYS: &str = "$retainKeys";

@@ -1,11 +1,12 @@
 //! Per-kind policy: the small trait every kind implements, after `k8s.io/apiserver/pkg/registry/rest`'s
 //! `RESTCreateStrategy` / `RESTUpdateStrategy` / `RESTGracefulDeleteStrategy` (1.33). Mechanism (conflicts, generated
-//! names, dry-run, finalizers, watch) lives once in [`crate::store`]; a strategy holds only what differs between
-//! kinds, and each kind's strategy is one file under [`crate::kinds`].
+//! names, dry-run, finalizers, watch) lives once in the generic store; a strategy holds only what differs between
+//! kinds. Which kinds there are is decided outside the mechanism: a registry is given a table of them, each row a
+//! kind's catalogue entry with its strategy.
 //!
 //! The hooks in the order a write meets them: [`Strategy::validate_name`], [`Strategy::prepare_for_create`] (or
 //! [`Strategy::prepare_for_update`]), [`Strategy::validate`] (or [`Strategy::validate_update`]), then, once the
-//! admission chain ([`crate::admission`]) has passed the object, [`Strategy::reserve`] just before storage. A delete
+//! admission chain ([`crate::chain`]) has passed the object, [`Strategy::reserve`] just before storage. A delete
 //! asks [`Strategy::grace_period`] and [`Strategy::holds_removal`] whether the object stays for now,
 //! [`Strategy::prepare_for_delete`] when it does, and [`Strategy::before_remove`] and [`Strategy::release`] when it
 //! goes.
@@ -27,7 +28,7 @@ use crate::validation;
 #[derive(Clone, Copy)]
 pub struct Cluster<'a> {
     pub store: &'a dyn Store,
-    /// The registry's watch cache, if it has one ([`crate::store::Registry::open`]).
+    /// The registry's watch cache, if it has one (a registry opened over storage has; one made with `new` has not).
     pub cache: Option<&'a WatchCache>,
     /// The range Service ClusterIPs come from.
     pub service_cidr: &'a ServiceCidr,
@@ -89,7 +90,7 @@ pub trait Strategy: Send + Sync + 'static {
 
     /// [`Strategy::validate_update`] for a write through `subresource` (`/status`, or one of the kind's own), for kinds
     /// whose rules differ by subresource.
-    fn validate_update_of(&self, _subresource: crate::store::Subresource, obj: &Value, old: &Value) -> Vec<Cause> {
+    fn validate_update_of(&self, _subresource: Subresource, obj: &Value, old: &Value) -> Vec<Cause> {
         self.validate_update(obj, old)
     }
 
@@ -119,9 +120,16 @@ pub trait Strategy: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
-    /// Whether a write of this kind changes which resources are served (CustomResourceDefinitions).
+    /// Whether a write of this kind changes which resources are served (CustomResourceDefinitions): the registry
+    /// then serves, besides the built-ins, what [`Strategy::defined_resources`] finds in every stored object of it.
     fn defines_resources(&self) -> bool {
         false
+    }
+
+    /// The resources a stored object of a kind that [`Strategy::defines_resources`] serves, each with its strategy
+    /// (a CustomResourceDefinition's, one per served version).
+    fn defined_resources(&self, _obj: &Value) -> Vec<Served> {
+        Vec::new()
     }
 
     /// How many seconds a delete gives `obj` before it is removed (`asked` is `gracePeriodSeconds`): 0 removes it at
@@ -157,6 +165,37 @@ pub trait Strategy: Send + Sync + 'static {
 pub struct Generic;
 
 impl Strategy for Generic {}
+
+/// A served resource with its policy: a built-in kind's row, or a resource that another kind's objects define.
+#[derive(Clone)]
+pub struct Served {
+    pub info: Arc<ResourceInfo>,
+    pub strategy: Arc<dyn Strategy>,
+}
+
+/// Which part of an object an update may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subresource {
+    /// The main resource: everything but `.status` (when a status subresource exists).
+    Main,
+    /// `/status`: only `.status`.
+    Status,
+    /// One of the kind's own subresources ([`ResourceInfo::subresources`], such as `pods/binding`): what its strategy's
+    /// [`Strategy::update_subresource`] makes of the object.
+    Own(&'static str),
+}
+
+/// Sets each of `fields` that `target` (an object) lacks or has as `null`: the shape of most `SetDefaults_*`.
+pub fn set_defaults<const N: usize>(target: &mut Value, fields: [(&str, Value); N]) {
+    if !target.is_object() {
+        return;
+    }
+    for (field, default) in fields {
+        if target.get(field).is_none_or(Value::is_null) {
+            target[field] = default;
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -639,24 +639,26 @@ async fn the_namespaces_every_cluster_needs_cannot_be_deleted() {
 /// A validating plugin that refuses ConfigMaps labelled `refuse` and warns about those labelled `warn`.
 struct Picky;
 
-impl nest_registry::admission::Validating for Picky {
-    fn validate<'a>(
-        &'a self,
-        _cluster: nest_registry::strategy::Cluster<'a>,
-        request: &'a nest_registry::admission::Request<'a>,
-        object: &'a Value,
-        warnings: &'a nest_registry::admission::Warnings,
-    ) -> futures_util::future::BoxFuture<'a, nest_registry::Result<()>> {
-        Box::pin(async move {
-            let labels = &object["metadata"]["labels"];
-            if labels.get("warn").is_some() {
-                warnings.push(format!("{} {:?} by {:?} is odd", request.info.kind, request.name, request.user.name));
-            }
-            if labels.get("refuse").is_some() {
-                return Err(nest_registry::ApiError::forbidden(request.info, request.name, "refused"));
-            }
-            Ok(())
-        })
+impl nest_registry::chain::Validating for Picky {
+    fn handles(&self, _: &nest_registry::chain::Request<'_>) -> bool {
+        true
+    }
+
+    async fn validate(
+        &self,
+        _: nest_registry::strategy::Cluster<'_>,
+        request: &nest_registry::chain::Request<'_>,
+        object: &Value,
+    ) -> nest_registry::Result<()> {
+        let labels = &object["metadata"]["labels"];
+        if labels.get("warn").is_some() {
+            let warning = format!("{} {:?} by {:?} is odd", request.info.kind, request.name, request.user.name);
+            request.warnings.push(warning);
+        }
+        if labels.get("refuse").is_some() {
+            return Err(nest_registry::ApiError::forbidden(request.info, request.name, "refused"));
+        }
+        Ok(())
     }
 }
 
@@ -664,7 +666,7 @@ impl nest_registry::admission::Validating for Picky {
 async fn admission_sees_every_write_just_before_storage() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path(), Default::default()).unwrap());
-    let chain = nest_registry::admission::Chain::standard().with_validating(Arc::new(Picky));
+    let chain = nest_registry::admission::standard().validating("Picky", Picky);
     let registry = Registry::open(store).await.unwrap().with_admission(chain);
     let namespaces = registry.resource("", "v1", "namespaces").unwrap();
     registry.create(&namespaces, "", json!({"metadata": {"name": "ns"}}), false).await.unwrap();

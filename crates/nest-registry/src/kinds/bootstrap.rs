@@ -1,7 +1,7 @@
 //! What every cluster starts with, as kube-apiserver's bootstrap controllers create it: the `default`,
 //! `kube-system`, `kube-public` and `kube-node-lease` namespaces, the default RBAC policy
 //! ([`crate::kinds::rbac::bootstrap_policy`]), the `system-node-critical` and `system-cluster-critical`
-//! PriorityClasses ([`crate::kinds::priority`]), and the `kubernetes` Service in `default` on the first address of the
+//! PriorityClasses ([`crate::kinds::priority_class`]), and the `kubernetes` Service in `default` on the first address of the
 //! service range.
 
 use serde_json::json;
@@ -33,8 +33,8 @@ pub async fn run(registry: &Registry, api: std::net::SocketAddr) -> Result<()> {
         }
     }
     let classes = registry.resource("scheduling.k8s.io", "v1", "priorityclasses").expect("built in");
-    for (name, value, description) in crate::kinds::priority::SYSTEM_CLASSES {
-        let class = crate::kinds::priority::system_class(name, value, description);
+    for (name, value, description) in crate::kinds::priority_class::SYSTEM_CLASSES {
+        let class = crate::kinds::priority_class::system_class(name, value, description);
         match registry.create(&classes, "", class, false).await {
             Ok(_) => {}
             Err(e) if e.reason == "AlreadyExists" => {}

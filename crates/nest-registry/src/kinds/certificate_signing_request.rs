@@ -1,18 +1,15 @@
 //! CertificateSigningRequests (`certificates.k8s.io/v1`), after kube-apiserver's `pkg/registry/certificates` and
-//! `pkg/apis/certificates/validation` (1.33): a request records who made it (the [`Requester`] plugin, which no
-//! client can bypass), its spec never changes, conditions change only through `/approval` (Approved, Denied) or
+//! `pkg/apis/certificates/validation` (1.33): a request records who made it (the requester plugin of
+//! [`crate::admission`], which no client can bypass), its spec never changes, conditions change only through `/approval` (Approved, Denied) or
 //! `/status` (Failed and others), none of Approved, Denied and Failed is ever removed, Approved and Denied exclude
 //! each other, and the certificate is written once, through `/status`. Who may approve or sign for a signer is
 //! checked by the API server, which holds the authorizer.
 
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::admission::{Mutating, Request};
 use crate::catalog::{ResourceInfo, SubresourceInfo};
 use crate::error::{Cause, Result};
-use crate::store::Subresource;
-use crate::strategy::Strategy;
+use crate::strategy::{Strategy, Subresource};
 
 /// `certificatesigningrequests/approval`.
 pub const SUBRESOURCES: &[SubresourceInfo] =
@@ -326,31 +323,5 @@ impl Strategy for CertificateSigningRequest {
             next["metadata"]["resourceVersion"] = rv.clone();
         }
         Ok(next)
-    }
-}
-
-/// Records who made a request (`spec.username`, `spec.groups`), whatever the client wrote there, as upstream's
-/// strategy does: the signers and approvers trust it.
-pub struct Requester;
-
-impl Mutating for Requester {
-    fn admit<'a>(
-        &'a self,
-        _cluster: crate::strategy::Cluster<'a>,
-        request: &'a Request<'a>,
-        object: &'a mut Value,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            if request.creates("certificates.k8s.io", "certificatesigningrequests") && object["spec"].is_object() {
-                let spec = &mut object["spec"];
-                spec["username"] = json!(request.user.name);
-                spec["groups"] = json!(request.user.groups);
-                if let Some(map) = spec.as_object_mut() {
-                    map.remove("uid");
-                    map.remove("extra");
-                }
-            }
-            Ok(())
-        })
     }
 }

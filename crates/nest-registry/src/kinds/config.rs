@@ -77,7 +77,7 @@ impl Strategy for Secret {
             }
             for (key, value) in strings {
                 let text = value.as_str().unwrap_or_default();
-                obj["data"][key] = Value::String(crate::base64::encode(text.as_bytes()));
+                obj["data"][key] = Value::String(nest_core::base64::encode(text.as_bytes()));
             }
         }
     }

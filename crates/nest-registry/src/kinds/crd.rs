@@ -2,18 +2,16 @@
 //! changes what the registry serves; removing one removes its instances first (kube-apiserver does this behind the
 //! `customresourcecleanup.apiextensions.k8s.io` finalizer).
 
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
-use nest_storage::{Revision, Store};
 use serde_json::Value;
 
-use crate::catalog::Catalog;
-use crate::error::{ApiError, Cause, Result, StorageResult};
+use super::custom::Custom;
+use crate::catalog::{ALL, PrinterColumn, ResourceInfo, ScalePaths, ScaleSelector, strings};
+use crate::error::{ApiError, Cause, Result};
 use crate::meta;
-use crate::strategy::{Cluster, Strategy};
+use crate::strategy::{Cluster, Served, Strategy};
 use crate::validation;
 
 /// The CustomResourceDefinition strategy: the name is `<plural>.<group>`; names, scope and exactly one storage version are required. nest accepts names and
@@ -67,6 +65,14 @@ impl CustomResourceDefinition {
 impl Strategy for CustomResourceDefinition {
     fn defines_resources(&self) -> bool {
         true
+    }
+
+    /// What an Established CRD serves, each version with the custom resource strategy of its schema.
+    fn defined_resources(&self, crd: &Value) -> Vec<Served> {
+        served_resources(crd)
+            .into_iter()
+            .map(|info| Served { strategy: Arc::new(Custom::new(info.schema.clone())), info })
+            .collect()
     }
 
     /// Removes every instance of the custom resource the CRD defines.
@@ -164,44 +170,70 @@ impl Strategy for CustomResourceDefinition {
     }
 }
 
-/// Where CRDs are stored.
-const CRD_PREFIX: &[u8] = b"/registry/apiextensions.k8s.io/customresourcedefinitions/";
-
-/// Reads the stored CRDs and installs the catalogue they make; returns the revision read at.
-pub async fn load_catalog(store: &dyn Store, catalog: &RwLock<Arc<Catalog>>) -> Result<Revision> {
-    let listed = store.list(CRD_PREFIX, nest_storage::ListOptions::default()).await.storage()?;
-    let crds: Vec<Value> = listed.items.iter().filter_map(|item| serde_json::from_slice(&item.value).ok()).collect();
-    *catalog.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Catalog::with_crds(&crds));
-    Ok(listed.revision)
-}
-
-/// Reloads the catalogue whenever a CRD changes in storage, whoever changed it.
-pub async fn follow(store: Arc<dyn Store>, catalog: Arc<RwLock<Arc<Catalog>>>, mut from: Revision) {
-    loop {
-        let mut changes = match store.watch(CRD_PREFIX, from).await {
-            Ok(changes) => changes,
-            Err(_) => return,
-        };
-        while let Some(change) = changes.next().await {
-            match change {
-                Ok(event) => {
-                    from = event.revision.next();
-                    if let Err(error) = load_catalog(store.as_ref(), &catalog).await {
-                        tracing::warn!(%error, "reloading CustomResourceDefinitions");
-                    }
-                }
-                Err(nest_storage::Error::Closed) => return,
-                Err(error) => {
-                    // Fell behind or history was compacted: reload everything and watch again from there.
-                    tracing::debug!(%error, "CRD watch ended; reloading");
-                    break;
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        match load_catalog(store.as_ref(), &catalog).await {
-            Ok(revision) => from = revision.next(),
-            Err(error) => tracing::warn!(%error, "reloading CustomResourceDefinitions"),
-        }
+/// The resources an Established CustomResourceDefinition serves: one per served version.
+fn served_resources(crd: &Value) -> Vec<Arc<ResourceInfo>> {
+    let established = crd["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
+    if !established {
+        return Vec::new();
     }
+    let spec = &crd["spec"];
+    let names = &spec["names"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let list = |v: &Value| -> Vec<String> {
+        v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    };
+    let kind = text(&names["kind"]);
+    let singular = match text(&names["singular"]) {
+        s if s.is_empty() => kind.to_lowercase(),
+        s => s,
+    };
+    spec["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["served"].as_bool().unwrap_or(false))
+        .map(|v| {
+            Arc::new(ResourceInfo {
+                group: text(&spec["group"]),
+                version: text(&v["name"]),
+                kind: kind.clone(),
+                plural: text(&names["plural"]),
+                singular: singular.clone(),
+                namespaced: spec["scope"] != "Cluster",
+                short_names: list(&names["shortNames"]),
+                categories: list(&names["categories"]),
+                verbs: strings(ALL),
+                status: v["subresources"].get("status").is_some(),
+                scale: v["subresources"].get("scale").map(|scale| ScalePaths {
+                    spec_replicas: text(&scale["specReplicasPath"]),
+                    status_replicas: text(&scale["statusReplicasPath"]),
+                    selector: match scale["labelSelectorPath"].as_str() {
+                        Some(path) if !path.is_empty() => ScaleSelector::Path(path.to_string()),
+                        _ => ScaleSelector::None,
+                    },
+                }),
+                stored_as: None,
+                subresources: &[],
+                created_status: None,
+                generation: true,
+                custom: true,
+                schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
+                printer_columns: v["additionalPrinterColumns"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| PrinterColumn {
+                        name: text(&c["name"]),
+                        type_: text(&c["type"]),
+                        format: text(&c["format"]),
+                        description: text(&c["description"]),
+                        priority: c["priority"].as_i64().unwrap_or(0),
+                        json_path: text(&c["jsonPath"]),
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
 }

@@ -71,7 +71,7 @@ impl Strategy for Endpoints {
     fn prepare_for_create(&self, obj: &mut Value) {
         for subset in obj.get_mut("subsets").and_then(Value::as_array_mut).into_iter().flatten() {
             for port in subset.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
-                super::set_defaults(port, [("protocol", serde_json::json!("TCP"))]);
+                crate::strategy::set_defaults(port, [("protocol", serde_json::json!("TCP"))]);
             }
         }
     }

@@ -10,6 +10,6 @@ pub struct Lease;
 
 impl Strategy for Lease {
     fn prepare_for_create(&self, obj: &mut Value) {
-        super::set_defaults(obj, [("spec", json!({}))]);
+        crate::strategy::set_defaults(obj, [("spec", json!({}))]);
     }
 }

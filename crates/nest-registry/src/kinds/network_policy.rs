@@ -19,7 +19,7 @@ impl Strategy for NetworkPolicy {
         for direction in ["ingress", "egress"] {
             for rule in spec.get_mut(direction).and_then(Value::as_array_mut).into_iter().flatten() {
                 for port in rule.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
-                    super::set_defaults(port, [("protocol", json!("TCP"))]);
+                    crate::strategy::set_defaults(port, [("protocol", json!("TCP"))]);
                 }
             }
         }

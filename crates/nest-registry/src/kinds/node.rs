@@ -30,7 +30,7 @@ impl Strategy for Node {
             obj["status"] = json!({});
         }
         let status = &mut obj["status"];
-        super::set_defaults(status, [("daemonEndpoints", json!({"kubeletEndpoint": {"Port": 0}}))]);
+        crate::strategy::set_defaults(status, [("daemonEndpoints", json!({"kubeletEndpoint": {"Port": 0}}))]);
         let info = status.as_object_mut().expect("an object").entry("nodeInfo").or_insert_with(|| json!({}));
         for field in [
             "machineID",
@@ -44,7 +44,7 @@ impl Strategy for Node {
             "operatingSystem",
             "architecture",
         ] {
-            super::set_defaults(info, [(field, json!(""))]);
+            crate::strategy::set_defaults(info, [(field, json!(""))]);
         }
         if status.get("allocatable").is_none_or(Value::is_null)
             && let Some(capacity) = status.get("capacity").filter(|c| c.is_object()).cloned()

@@ -13,12 +13,12 @@ pub struct PersistentVolume;
 /// `SetDefaults_PersistentVolume`'s spec half, on every write.
 fn default_spec(obj: &mut Value) {
     if let Some(spec) = obj.get_mut("spec").filter(|s| s.is_object()) {
-        super::set_defaults(
+        crate::strategy::set_defaults(
             spec,
             [("persistentVolumeReclaimPolicy", json!("Retain")), ("volumeMode", json!("Filesystem"))],
         );
         if let Some(host_path) = spec.get_mut("hostPath").filter(|h| h.is_object()) {
-            super::set_defaults(host_path, [("type", json!(""))]);
+            crate::strategy::set_defaults(host_path, [("type", json!(""))]);
         }
     }
 }
@@ -42,7 +42,7 @@ pub struct PersistentVolumeClaim;
 impl Strategy for PersistentVolumeClaim {
     fn prepare_for_create(&self, obj: &mut Value) {
         if obj["spec"].is_object() {
-            super::set_defaults(&mut obj["spec"], [("volumeMode", json!("Filesystem"))]);
+            crate::strategy::set_defaults(&mut obj["spec"], [("volumeMode", json!("Filesystem"))]);
         }
     }
 }

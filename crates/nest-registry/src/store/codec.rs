@@ -61,7 +61,7 @@ impl Registry {
 /// Continue tokens: base64 of `{"v":"meta.k8s.io/v1","rv":R,"start":"<key>"}`, as kube-apiserver shapes them.
 pub(super) fn encode_continue(revision: Revision, key: &str) -> String {
     let token = json!({"v": "meta.k8s.io/v1", "rv": revision.0, "start": key});
-    crate::base64::encode(token.to_string().as_bytes())
+    nest_core::base64::encode(token.to_string().as_bytes())
 }
 
 pub(super) fn decode_continue(token: &str) -> Result<(Revision, String)> {
@@ -70,7 +70,7 @@ pub(super) fn decode_continue(token: &str) -> Result<(Revision, String)> {
             "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
         )
     };
-    let bytes = crate::base64::decode(token).ok_or_else(bad)?;
+    let bytes = nest_core::base64::decode(token).ok_or_else(bad)?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
     let revision = value.get("rv").and_then(Value::as_u64).ok_or_else(bad)?;
     let start = value.get("start").and_then(Value::as_str).ok_or_else(bad)?;

@@ -10,73 +10,25 @@ use std::sync::{Arc, RwLock};
 use nest_storage::{Revision, Store};
 use serde_json::Value;
 
-use crate::admission::{self, UserInfo, Warnings};
 use crate::cache::{self, WatchCache};
 use crate::catalog::{Catalog, ResourceInfo};
+use crate::chain::Chain;
 use crate::error::{ApiError, Cause, Result, StorageResult};
 use crate::ipalloc::ServiceCidr;
 use crate::meta;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::strategy::{Cluster, Strategy};
+use crate::serving::{Kinds, Serving};
+use crate::strategy::Cluster;
 
 mod codec;
+mod definitions;
 mod read;
 mod watch;
 mod write;
 
+pub use crate::resource::Resource;
+pub use crate::strategy::Subresource;
 pub use watch::WatchEvent;
-
-/// A served resource with its policy, as one request uses it.
-pub struct Resource {
-    pub info: Arc<ResourceInfo>,
-    pub strategy: Box<dyn Strategy>,
-    /// A built-in kind's OpenAPI schema, which every body is decoded against.
-    pub schema: Option<Arc<nest_openapi::KindSchema>>,
-    /// The field manager writes are recorded for in `managedFields` ([`crate::apply::track_update`]); `None`
-    /// records nothing (the server's own writes, and apply, which records itself).
-    pub manager: Option<String>,
-    /// Who asks (the server itself when empty), for admission.
-    pub user: UserInfo,
-    /// What admission warns about, for the response's `Warning` headers.
-    pub warnings: Warnings,
-}
-
-impl Resource {
-    pub fn new(info: Arc<ResourceInfo>) -> Resource {
-        let strategy = crate::kinds::for_resource(&info);
-        let schema = if info.custom { None } else { nest_openapi::kind_schema(&info.group, &info.version, &info.kind) };
-        Resource { info, strategy, schema, manager: None, user: UserInfo::default(), warnings: Warnings::default() }
-    }
-
-    /// Decodes a request body as kube-apiserver decodes it into the kind's Go type: a field of the wrong type is a
-    /// 400 naming the field, and fields the kind does not have are dropped (returned, for `fieldValidation`).
-    pub fn decode(&self, obj: &mut Value) -> Result<Vec<String>> {
-        let Some(schema) = &self.schema else { return Ok(Vec::new()) };
-        let causes = crate::schema::validate_builtin(schema, obj);
-        if let Some(first) = causes.first() {
-            let kind = &self.info.kind;
-            let mut error = ApiError::bad_request(format!(
-                "{kind} in version \"{}\" cannot be handled as a {kind}: {}: {}",
-                self.info.version, first.field, first.message
-            ));
-            error.details.kind = Some(self.info.plural.clone());
-            error.details.causes = causes;
-            return Err(error);
-        }
-        Ok(crate::schema::prune_builtin(schema, obj))
-    }
-
-    /// The fields of `obj` that the kind does not have (for a custom resource, that its schema does not declare), as
-    /// `fieldValidation=Strict|Warn` reports them.
-    pub fn unknown_fields(&self, obj: &Value) -> Vec<String> {
-        let mut copy = obj.clone();
-        match (&self.schema, &self.info.schema) {
-            (Some(schema), _) => crate::schema::prune_builtin(schema, &mut copy),
-            (None, Some(schema)) => crate::schema::prune(schema, &mut copy, true),
-            (None, None) => Vec::new(),
-        }
-    }
-}
 
 /// Options of a list or watch, straight from the query string.
 #[derive(Clone, Debug, Default)]
@@ -102,28 +54,19 @@ pub struct DeleteOptions {
     pub grace_period_seconds: Option<i64>,
 }
 
-/// Which part of an object an update may change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Subresource {
-    /// The main resource: everything but `.status` (when a status subresource exists).
-    Main,
-    /// `/status`: only `.status`.
-    Status,
-    /// One of the kind's own subresources ([`ResourceInfo::subresources`], such as `pods/binding`): what its strategy's
-    /// [`Strategy::update_subresource`] makes of the object.
-    Own(&'static str),
-}
-
 /// The generic store over a storage backend.
 pub struct Registry {
     store: Arc<dyn Store>,
     /// Serves lists and watches from memory; `None` in a registry made with [`Registry::new`].
     cache: Option<Arc<WatchCache>>,
-    /// Built-ins plus what the Established CustomResourceDefinitions serve; rebuilt whenever a CRD changes.
-    catalog: Arc<RwLock<Arc<Catalog>>>,
+    /// The kinds this registry was given.
+    kinds: Arc<Kinds>,
+    /// The built-ins plus what stored definitions (Established CustomResourceDefinitions) define; made again
+    /// whenever a definition changes.
+    serving: Arc<RwLock<Arc<Serving>>>,
     service_cidr: ServiceCidr,
     /// What runs between a validated object and storage.
-    admission: admission::Chain,
+    admission: Chain,
 }
 
 /// Matches objects against a list's selectors.
@@ -161,29 +104,20 @@ impl Registry {
         self.store.check().await
     }
 
-    pub fn new(store: Arc<dyn Store>, catalog: Catalog) -> Registry {
+    /// A registry serving `kinds` over `store`, every read from storage (no watch cache), its catalogue made once
+    /// (stored definitions are not read), and no admission until [`Registry::with_admission`].
+    pub fn new(store: Arc<dyn Store>, kinds: Arc<Kinds>) -> Registry {
         let service_cidr = "10.96.0.0/12".parse().expect("a valid default range");
-        Registry {
-            store,
-            cache: None,
-            catalog: Arc::new(RwLock::new(Arc::new(catalog))),
-            service_cidr,
-            admission: admission::Chain::standard(),
-        }
+        let serving = Arc::new(RwLock::new(Arc::new(kinds.serving())));
+        Registry { store, cache: None, kinds, serving, service_cidr, admission: Chain::default() }
     }
 
-    /// A registry serving the built-ins and the CustomResourceDefinitions in `store`, kept current by a background
-    /// watch, so CRDs written through another API server sharing the store are served here too, with lists and
-    /// watches served from a [`WatchCache`]. Needs a tokio runtime; the watches end when the store closes.
-    ///
-    /// [`Registry::new`] makes a registry without either: every read goes to storage.
-    pub async fn open(store: Arc<dyn Store>) -> Result<Registry> {
-        Registry::open_with(store, cache::Config::default()).await
-    }
-
-    /// [`Registry::open`] with a watch cache sized by `cache` (`--default-watch-cache-size`).
-    pub async fn open_with(store: Arc<dyn Store>, cache: cache::Config) -> Result<Registry> {
-        let mut registry = Registry::new(store, Catalog::builtin());
+    /// A registry serving `kinds` and what the definitions in `store` define (CustomResourceDefinitions), kept
+    /// current by a background watch, so definitions written through another API server sharing the store are
+    /// served here too, with lists and watches served from a [`WatchCache`] sized by `cache`
+    /// (`--default-watch-cache-size`). Needs a tokio runtime; the watches end when the store closes.
+    pub async fn start(store: Arc<dyn Store>, kinds: Arc<Kinds>, cache: cache::Config) -> Result<Registry> {
+        let mut registry = Registry::new(store, kinds);
         let cache = WatchCache::start(registry.store.clone(), cache).await.storage()?;
         // Build the built-ins' caches now, as kube-apiserver does at start, so no client waits for the first list.
         let prefixes: Vec<String> =
@@ -191,20 +125,18 @@ impl Registry {
         tokio::spawn(cache.clone().warm(prefixes));
         registry.cache = Some(cache);
         let from = registry.refresh_catalog().await?.next();
-        let (store, catalog) = (registry.store.clone(), registry.catalog.clone());
-        tokio::spawn(crate::kinds::crd::follow(store, catalog, from));
+        tokio::spawn(definitions::follow(
+            registry.store.clone(),
+            registry.kinds.clone(),
+            registry.serving.clone(),
+            from,
+        ));
         Ok(registry)
     }
 
-    /// Creates what every cluster starts with ([`crate::kinds::bootstrap`]); existing objects are left alone but the
-    /// `kubernetes` Service's endpoints, which name this API server (`api`).
-    pub async fn bootstrap(&self, api: std::net::SocketAddr) -> Result<()> {
-        crate::kinds::bootstrap::run(self, api).await
-    }
-
-    /// Rebuilds the catalogue from the stored CustomResourceDefinitions; returns the revision it read at.
+    /// Makes what is served again from the stored definitions; returns the revision it read at.
     async fn refresh_catalog(&self) -> Result<Revision> {
-        crate::kinds::crd::load_catalog(self.store.as_ref(), &self.catalog).await
+        definitions::load(self.store.as_ref(), &self.kinds, &self.serving).await
     }
 
     /// After a write: a kind that defines resources (a CRD) changes what is served.
@@ -212,7 +144,7 @@ impl Registry {
         if resource.strategy.defines_resources()
             && let Err(error) = self.refresh_catalog().await.map(drop)
         {
-            tracing::warn!(%error, "reloading CustomResourceDefinitions");
+            tracing::warn!(%error, "reloading resource definitions");
         }
     }
 
@@ -227,8 +159,8 @@ impl Registry {
         &self.service_cidr
     }
 
-    /// Runs `chain` as this registry's admission instead of [`admission::Chain::standard`].
-    pub fn with_admission(mut self, chain: admission::Chain) -> Registry {
+    /// Runs `chain` as this registry's admission.
+    pub fn with_admission(mut self, chain: Chain) -> Registry {
         self.admission = chain;
         self
     }
@@ -238,14 +170,20 @@ impl Registry {
         Cluster { store: self.store.as_ref(), cache: self.cache.as_deref(), service_cidr: &self.service_cidr }
     }
 
+    /// What is served right now, with each resource's strategy.
+    fn serving(&self) -> Arc<Serving> {
+        self.serving.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// What is served right now.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.serving().catalog().clone()
     }
 
     /// The resource `plural` of `group/version`, if served.
     pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Resource> {
-        self.catalog().find(group, version, plural).map(Resource::new)
+        let served = self.serving().find(group, version, plural)?.clone();
+        Some(Resource::with_strategy(served.info, served.strategy))
     }
 }
 

@@ -3,8 +3,8 @@
 use nest_storage::{KeyValue, Revision};
 use serde_json::{Value, json};
 
-use crate::admission::{self, Operation};
 use crate::catalog::ResourceInfo;
+use crate::chain::{self, Operation};
 use crate::error::{ApiError, Cause, Result, StorageResult};
 use crate::meta;
 
@@ -164,7 +164,7 @@ impl Registry {
         }
         let request =
             admission_request(resource, Operation::Create, Subresource::Main, namespace, &check_name, None, dry_run);
-        self.admission.validate(self.cluster(), &request, &obj, &resource.warnings).await?;
+        self.admission.validate(self.cluster(), &request, &obj).await?;
         if let Some(manager) = &resource.manager {
             crate::apply::track_update(
                 resource,
@@ -353,7 +353,7 @@ impl Registry {
         if !causes.is_empty() {
             return Err(ApiError::invalid(info, name, causes));
         }
-        self.admission.validate(self.cluster(), &request, &obj, &resource.warnings).await?;
+        self.admission.validate(self.cluster(), &request, &obj).await?;
         if let Some(manager) = &resource.manager {
             crate::apply::track_update(
                 resource,
@@ -587,7 +587,7 @@ impl Registry {
                 Some(&obj),
                 options.dry_run,
             );
-            self.admission.validate(self.cluster(), &request, &obj, &resource.warnings).await?;
+            self.admission.validate(self.cluster(), &request, &obj).await?;
             if let Some(uid) = &options.precondition_uid
                 && uid != meta::meta_str(&obj, "uid")
             {
@@ -680,8 +680,8 @@ fn admission_request<'a>(
     name: &'a str,
     old: Option<&'a Value>,
     dry_run: bool,
-) -> admission::Request<'a> {
-    admission::Request {
+) -> chain::Request<'a> {
+    chain::Request {
         operation,
         info: &resource.info,
         subresource,
@@ -690,5 +690,6 @@ fn admission_request<'a>(
         old,
         user: &resource.user,
         dry_run,
+        warnings: &resource.warnings,
     }
 }

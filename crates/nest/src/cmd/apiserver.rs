@@ -41,13 +41,13 @@ pub struct Args {
     /// Pod Security's policy for namespaces without a `pod-security.kubernetes.io/enforce` label: `LEVEL[:VERSION]`,
     /// such as `baseline` or `restricted:v1.33`.
     #[arg(long, value_name = "POLICY", default_value = "privileged", value_parser = pod_security_policy)]
-    pod_security_enforce: nest_registry::kinds::pod_security::Policy,
+    pod_security_enforce: nest_registry::admission::pod_security::Policy,
     /// The same for the `warn` mode (Warning headers).
     #[arg(long, value_name = "POLICY", default_value = "privileged", value_parser = pod_security_policy)]
-    pod_security_warn: nest_registry::kinds::pod_security::Policy,
+    pod_security_warn: nest_registry::admission::pod_security::Policy,
     /// The same for the `audit` mode.
     #[arg(long, value_name = "POLICY", default_value = "privileged", value_parser = pod_security_policy)]
-    pod_security_audit: nest_registry::kinds::pod_security::Policy,
+    pod_security_audit: nest_registry::admission::pod_security::Policy,
     /// Users whose requests Pod Security never checks; repeatable.
     #[arg(long = "pod-security-exempt-user", value_name = "USER")]
     pod_security_exempt_users: Vec<String>,
@@ -140,8 +140,8 @@ fn default_watch_cache_size() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(1..=nest_registry::cache::MAX_HISTORY as u64)
 }
 
-fn pod_security_policy(text: &str) -> Result<nest_registry::kinds::pod_security::Policy, String> {
-    nest_registry::kinds::pod_security::Policy::parse(text)
+fn pod_security_policy(text: &str) -> Result<nest_registry::admission::pod_security::Policy, String> {
+    nest_registry::admission::pod_security::Policy::parse(text)
 }
 
 fn kubernetes_version(text: &str) -> Result<String, String> {
@@ -208,7 +208,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         service_cidr: args.service_cidr,
         ca_files: args.ca_cert_file.clone().zip(args.ca_key_file.clone()),
         kubernetes_version: args.kubernetes_version.clone(),
-        pod_security: nest_registry::kinds::pod_security::Config {
+        pod_security: nest_registry::admission::pod_security::Config {
             enforce: args.pod_security_enforce,
             audit: args.pod_security_audit,
             warn: args.pod_security_warn,

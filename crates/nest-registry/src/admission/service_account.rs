@@ -16,10 +16,9 @@
 
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::admission::{Mutating, Request, Validating, Warnings};
+use crate::chain::{Mutating, Request, Validating};
 use crate::error::{ApiError, Result};
 use crate::strategy::Cluster;
 
@@ -36,10 +35,6 @@ const ENFORCE_MOUNTABLE: &str = "kubernetes.io/enforce-mountable-secrets";
 
 /// The plugin (both of its halves).
 pub struct ServiceAccount;
-
-fn applies(request: &Request<'_>) -> bool {
-    request.creates("", "pods")
-}
 
 fn pod_name<'a>(request: &'a Request<'a>, pod: &'a Value) -> &'a str {
     request.object_name(pod)
@@ -131,33 +126,30 @@ fn mount_token(spec: &mut Value) {
 }
 
 impl Mutating for ServiceAccount {
-    fn admit<'a>(
-        &'a self,
-        cluster: Cluster<'a>,
-        request: &'a Request<'a>,
-        object: &'a mut Value,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            if !applies(request) || object["metadata"]["annotations"].get(MIRROR).is_some() {
-                return Ok(());
-            }
-            if !object["spec"].is_object() {
-                return Ok(());
-            }
-            if object["spec"]["serviceAccountName"].as_str().is_none_or(str::is_empty) {
-                object["spec"]["serviceAccountName"] = json!("default");
-            }
-            let account = required(cluster, request, object).await?;
-            if automount(object, &account) {
-                mount_token(&mut object["spec"]);
-            }
-            let pull_secrets = object["spec"]["imagePullSecrets"].as_array().is_some_and(|s| !s.is_empty());
-            if !pull_secrets && let Some(secrets) = account["imagePullSecrets"].as_array().filter(|s| !s.is_empty()) {
-                let names: Vec<Value> = secrets.iter().map(|s| json!({"name": s["name"]})).collect();
-                object["spec"]["imagePullSecrets"] = Value::Array(names);
-            }
-            Ok(())
-        })
+    fn handles(&self, request: &Request<'_>) -> bool {
+        request.creates("", "pods")
+    }
+
+    async fn admit(&self, cluster: Cluster<'_>, request: &Request<'_>, object: &mut Value) -> Result<()> {
+        if object["metadata"]["annotations"].get(MIRROR).is_some() {
+            return Ok(());
+        }
+        if !object["spec"].is_object() {
+            return Ok(());
+        }
+        if object["spec"]["serviceAccountName"].as_str().is_none_or(str::is_empty) {
+            object["spec"]["serviceAccountName"] = json!("default");
+        }
+        let account = required(cluster, request, object).await?;
+        if automount(object, &account) {
+            mount_token(&mut object["spec"]);
+        }
+        let pull_secrets = object["spec"]["imagePullSecrets"].as_array().is_some_and(|s| !s.is_empty());
+        if !pull_secrets && let Some(secrets) = account["imagePullSecrets"].as_array().filter(|s| !s.is_empty()) {
+            let names: Vec<Value> = secrets.iter().map(|s| json!({"name": s["name"]})).collect();
+            object["spec"]["imagePullSecrets"] = Value::Array(names);
+        }
+        Ok(())
     }
 }
 
@@ -230,38 +222,32 @@ fn mirror_refusal(spec: &Value) -> Option<&'static str> {
 }
 
 impl Validating for ServiceAccount {
-    fn validate<'a>(
-        &'a self,
-        cluster: Cluster<'a>,
-        request: &'a Request<'a>,
-        object: &'a Value,
-        _warnings: &'a Warnings,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            if !applies(request) {
-                return Ok(());
-            }
-            let spec = &object["spec"];
-            if object["metadata"]["annotations"].get(MIRROR).is_some() {
-                return match mirror_refusal(spec) {
-                    Some(why) => Err(ApiError::forbidden(request.info, pod_name(request, object), why)),
-                    None => Ok(()),
-                };
-            }
-            let account = required(cluster, request, object).await?;
-            if account["metadata"]["annotations"][ENFORCE_MOUNTABLE].as_str().is_some_and(|v| v == "true")
-                && let Some(why) = secret_refusal(spec, &account)
-            {
-                return Err(ApiError::forbidden(request.info, pod_name(request, object), why));
-            }
-            Ok(())
-        })
+    fn handles(&self, request: &Request<'_>) -> bool {
+        request.creates("", "pods")
+    }
+
+    async fn validate(&self, cluster: Cluster<'_>, request: &Request<'_>, object: &Value) -> Result<()> {
+        let spec = &object["spec"];
+        if object["metadata"]["annotations"].get(MIRROR).is_some() {
+            return match mirror_refusal(spec) {
+                Some(why) => Err(ApiError::forbidden(request.info, pod_name(request, object), why)),
+                None => Ok(()),
+            };
+        }
+        let account = required(cluster, request, object).await?;
+        if account["metadata"]["annotations"][ENFORCE_MOUNTABLE].as_str().is_some_and(|v| v == "true")
+            && let Some(why) = secret_refusal(spec, &account)
+        {
+            return Err(ApiError::forbidden(request.info, pod_name(request, object), why));
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chain::testing::expect_handled;
 
     #[test]
     fn every_container_gets_the_token_mount_unless_it_has_one_there() {
@@ -340,5 +326,11 @@ mod tests {
             secret_refusal(&spec, &account).unwrap(),
             "imagePullSecrets[1].name=\"nope\" is not allowed because service account sa does not reference that imagePullSecret"
         );
+    }
+
+    #[test]
+    fn only_a_pods_creation_is_handled() {
+        expect_handled(|r| Mutating::handles(&ServiceAccount, r), "alice", "pods: create; serviceaccounts: -");
+        expect_handled(|r| Validating::handles(&ServiceAccount, r), "alice", "pods: create; serviceaccounts: -");
     }
 }

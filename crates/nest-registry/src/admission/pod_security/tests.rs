@@ -4,7 +4,9 @@
 use serde_json::{Value, json};
 
 use super::standards::{Level, PodView, describe, evaluate};
-use super::{Config, Policy, Version};
+use super::{Config, PodSecurity, Policy, Version};
+use crate::chain::Validating;
+use crate::chain::testing::expect_handled;
 
 fn check(level: Level, minor: u32, metadata: Value, spec: Value) -> String {
     describe(&evaluate(level, minor, &PodView { metadata: &metadata, spec: &spec }))
@@ -272,4 +274,13 @@ fn versions_are_latest_or_canonical_minor_versions() {
     }
     assert!(Policy::parse("baseline").is_ok_and(|p| p.to_string() == "baseline:latest"));
     assert!(Policy::parse("root").is_err());
+}
+
+#[test]
+fn pods_templates_and_namespaces_are_handled_unless_deleted_or_asked_by_an_exempt_user() {
+    let plugin = PodSecurity { config: Config { exempt_users: vec!["admin".into()], ..Config::default() } };
+    let writes = "create, update, create status, update status";
+    let checked = ["pods", "namespaces", "apps/deployments", "batch/cronjobs"].map(|r| format!("{r}: {writes}"));
+    expect_handled(|r| plugin.handles(r), "alice", &format!("{}; configmaps: -", checked.join("; ")));
+    expect_handled(|r| plugin.handles(r), "admin", "pods: -");
 }

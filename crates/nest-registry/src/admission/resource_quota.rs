@@ -13,10 +13,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::admission::{Operation, Request, Validating, Warnings};
+use crate::chain::{Request, Validating};
 use crate::error::{ApiError, Result};
 use crate::strategy::Cluster;
 
@@ -214,22 +213,22 @@ impl ResourceQuota {
 }
 
 impl Validating for ResourceQuota {
-    fn validate<'a>(
-        &'a self,
-        cluster: Cluster<'a>,
-        request: &'a Request<'a>,
-        object: &'a Value,
-        _: &'a Warnings,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let pods = request.info.group.is_empty() && request.info.plural == "pods";
-            if !pods
-                || request.operation != Operation::Create
-                || !matches!(request.subresource, crate::store::Subresource::Main)
-            {
-                return Ok(());
-            }
-            self.check(cluster, request, object).await
-        })
+    fn handles(&self, request: &Request<'_>) -> bool {
+        request.creates("", "pods")
+    }
+
+    async fn validate(&self, cluster: Cluster<'_>, request: &Request<'_>, object: &Value) -> Result<()> {
+        self.check(cluster, request, object).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::testing::expect_handled;
+
+    #[test]
+    fn only_a_pods_creation_is_handled() {
+        expect_handled(|r| ResourceQuota::default().handles(r), "alice", "pods: create; services: -");
     }
 }

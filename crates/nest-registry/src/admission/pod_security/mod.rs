@@ -12,14 +12,12 @@ pub mod standards;
 #[cfg(test)]
 mod tests;
 
-use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use crate::admission::{self, Operation, Warnings};
 use crate::catalog::ResourceInfo;
+use crate::chain::{Operation, Request, Validating, Warnings};
 use crate::error::{ApiError, Cause, Result};
-use crate::store::Subresource;
-use crate::strategy::Cluster;
+use crate::strategy::{Cluster, Subresource};
 use standards::{LATEST_MINOR, Level, PodView};
 
 /// The label prefix of the three modes.
@@ -241,7 +239,7 @@ impl PodSecurity {
     async fn check_pod(
         &self,
         cluster: Cluster<'_>,
-        request: &admission::Request<'_>,
+        request: &Request<'_>,
         pod: &Value,
         warnings: &Warnings,
     ) -> Result<()> {
@@ -269,7 +267,7 @@ impl PodSecurity {
     async fn check_template(
         &self,
         cluster: Cluster<'_>,
-        request: &admission::Request<'_>,
+        request: &Request<'_>,
         path: &[&str],
         object: &Value,
         warnings: &Warnings,
@@ -303,7 +301,7 @@ impl PodSecurity {
 
     /// Namespaces: their labels must name levels and versions (a 422 otherwise; on an update, only when the update
     /// makes them wrong in a new way).
-    fn check_namespace(&self, request: &admission::Request<'_>, namespace: &Value) -> Result<()> {
+    fn check_namespace(&self, request: &Request<'_>, namespace: &Value) -> Result<()> {
         let errors = self.config.policies(&namespace["metadata"]["labels"]).errors;
         if errors.is_empty() {
             return Ok(());
@@ -317,32 +315,28 @@ impl PodSecurity {
     }
 }
 
-impl admission::Validating for PodSecurity {
-    fn validate<'a>(
-        &'a self,
-        cluster: Cluster<'a>,
-        request: &'a admission::Request<'a>,
-        object: &'a Value,
-        warnings: &'a Warnings,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            if request.operation == Operation::Delete || self.config.exempt_users.contains(&request.user.name) {
-                return Ok(());
-            }
-            let info = request.info;
-            if info.group.is_empty() && info.plural == "namespaces" {
-                return self.check_namespace(request, object);
-            }
-            if self.config.exempt_namespaces.iter().any(|n| n == request.namespace) {
-                return Ok(());
-            }
-            if info.group.is_empty() && info.plural == "pods" {
-                return self.check_pod(cluster, request, object, warnings).await;
-            }
-            match template_path(info) {
-                Some(path) => self.check_template(cluster, request, path, object, warnings).await,
-                None => Ok(()),
-            }
-        })
+impl Validating for PodSecurity {
+    fn handles(&self, request: &Request<'_>) -> bool {
+        let info = request.info;
+        let checked = (info.group.is_empty() && matches!(info.plural.as_str(), "namespaces" | "pods"))
+            || template_path(info).is_some();
+        checked && request.operation != Operation::Delete && !self.config.exempt_users.contains(&request.user.name)
+    }
+
+    async fn validate(&self, cluster: Cluster<'_>, request: &Request<'_>, object: &Value) -> Result<()> {
+        let (info, warnings) = (request.info, request.warnings);
+        if info.group.is_empty() && info.plural == "namespaces" {
+            return self.check_namespace(request, object);
+        }
+        if self.config.exempt_namespaces.iter().any(|n| n == request.namespace) {
+            return Ok(());
+        }
+        if info.group.is_empty() && info.plural == "pods" {
+            return self.check_pod(cluster, request, object, warnings).await;
+        }
+        match template_path(info) {
+            Some(path) => self.check_template(cluster, request, path, object, warnings).await,
+            None => Ok(()),
+        }
     }
 }
