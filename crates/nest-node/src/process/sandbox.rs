@@ -2,8 +2,8 @@
 //! line, such as `crun`), never as a bare process of the host.
 //!
 //! - **Namespaces.** Each container gets its own user, mount, PID, IPC, UTS and cgroup namespaces. It shares the
-//!   node's network namespace, where it listens on its pod's own loopback address (see ARCHITECTURE.md, "Network
-//!   model").
+//!   node's network namespace, where it listens on its pod's own loopback address (see docs/REFERENCE.md,
+//!   "Network model").
 //! - **Users.** The pods of one namespace map container users 0–65535 onto a range of host users of their own,
 //!   allocated by this node and kept in `<data>/users`: root in a container is an unprivileged user of the host, and
 //!   two namespaces never share a host user. `runAsUser`, `runAsGroup`, `fsGroup` and `supplementalGroups` choose

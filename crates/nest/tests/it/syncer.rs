@@ -304,7 +304,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     assert_ne!(String::from_utf8_lossy(&refused.stdout), "200", "the kubelet endpoint answered a stranger");
 
     // What else goes down and comes up: accounts, the Endpoints of a Service without a selector, Events, the classes
-    // the super cluster shares, and a custom resource (the worked example of docs/ARCHITECTURE.md).
+    // the super cluster shares, and a custom resource (the worked example of the README's "Tenant clusters").
     tenant_ok(&server, "a", dir, &["create", "serviceaccount", "builder"]);
     let extra = dir.join("extra.yaml");
     std::fs::write(&extra, EXTERNAL).unwrap();
