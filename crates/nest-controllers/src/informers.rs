@@ -97,6 +97,9 @@ struct Shared<K: Kind> {
     api: Api<K>,
     writer: Mutex<Writer<K>>,
     store: Store<K>,
+    /// Whether the cache holds a first complete list. Kept here rather than read from the store, whose readiness
+    /// wakes only the last of several waiters.
+    synced: tokio::sync::watch::Sender<bool>,
     /// One unbounded queue per subscriber, as client-go's per-handler buffer: a slow controller never holds the
     /// watch (nor the others) back, and never misses a change.
     subscribers: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Change<K>>>>,
@@ -107,7 +110,14 @@ impl<K: Kind> Informer<K> {
     pub(crate) fn new(api: Api<K>) -> Self {
         let writer = Writer::default();
         let store = writer.as_reader();
-        Informer { shared: Arc::new(Shared { api, writer: Mutex::new(writer), store, subscribers: Mutex::default() }) }
+        let shared = Shared {
+            api,
+            writer: Mutex::new(writer),
+            store,
+            synced: tokio::sync::watch::Sender::new(false),
+            subscribers: Mutex::default(),
+        };
+        Informer { shared: Arc::new(shared) }
     }
 
     /// A reader of the cache.
@@ -117,8 +127,8 @@ impl<K: Kind> Informer<K> {
 
     /// Waits until the cache holds the first complete list.
     pub(crate) async fn synced(&self) {
-        // The writer lives as long as the informer, so the store is never abandoned.
-        let _ = self.shared.store.wait_until_ready().await;
+        // The sender lives as long as the informer: this never fails.
+        let _ = self.shared.synced.subscribe().wait_for(|synced| *synced).await;
     }
 
     /// [`synced`](Self::synced), owning what it waits on.
@@ -168,6 +178,8 @@ impl<K: Kind> Informer<K> {
                 let before = store.state();
                 lock(&self.shared.writer).apply_watcher_event(&watcher::Event::InitDone);
                 let after = store.state();
+                tracing::debug!(kind = %K::kind(&()), objects = after.len(), "listed");
+                self.shared.synced.send_replace(true);
                 let known: HashSet<_> = before.iter().map(|o| key(o)).collect();
                 let present: HashSet<_> = after.iter().map(|o| key(o)).collect();
                 let gone = before.into_iter().filter(|o| !present.contains(&key(o))).map(Change::Deleted);
@@ -349,6 +361,7 @@ impl<K: Kind> Reconciling<K> {
         let Reconciling { store, triggers, synced } = self;
         let queue = futures_util::stream::once(async move {
             futures_util::future::join_all(synced).await;
+            tracing::debug!(kind = %K::kind(&()), "caches synced: reconciling");
             futures_util::stream::select_all(triggers)
         })
         .flatten()
@@ -541,6 +554,23 @@ mod tests {
         let mut late = Box::pin(informer.subscribe());
         assert_eq!(names(&drain(&mut late).await), ["changed a"]);
         assert_eq!(informer.store().state().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn every_controller_waiting_for_the_first_list_is_told_of_it() {
+        let informer = informer();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let informer = informer.clone();
+                tokio::spawn(async move { informer.synced().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        informer.apply(watcher::Event::Init);
+        informer.apply(watcher::Event::InitDone);
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+        }
     }
 
     #[tokio::test]
