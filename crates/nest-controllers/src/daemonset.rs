@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, listed};
+use crate::informers::{Informers, listed, version_of};
 use crate::replicaset::{controlled_by, is_active, is_ready};
 
 /// The label recording which template generation a daemon pod was made from.
@@ -115,7 +115,13 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
     for pod in deletions {
         expectations.expect_change(&uid, pod);
         let deleted = pods_api.delete(&pod.name_any(), &DeleteParams::background()).await;
-        if expectations.settle(&uid, pod, nest_client::done_unless_refused(deleted))? {
+        if expectations.settle(
+            &uid,
+            pod,
+            deleted,
+            |a| a.as_ref().left().and_then(version_of),
+            nest_client::done_unless_refused,
+        )? {
             context.events.about(&*set, "Normal", "SuccessfulDelete", format!("Deleted pod: {}", pod.name_any()));
         }
     }

@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, listed};
+use crate::informers::{Informers, listed, version_of};
 use crate::replicaset::controller_of;
 
 /// The label (and selector term) that ties a ReplicaSet and its pods to one template.
@@ -194,9 +194,7 @@ async fn reconcile(
         let patch = json!({"metadata": {"annotations": {REVISION: max_revision.saturating_add(1).to_string()}}});
         expectations.expect_change(&uid, current);
         let renumbered = sets_api.patch(&new_name, &PatchParams::default(), &Patch::Merge(&patch)).await;
-        if renumbered.is_err() {
-            expectations.change_failed(&uid, current);
-        }
+        expectations.answered(&uid, current, &renumbered, version_of);
         renumbered?;
     }
 
@@ -262,13 +260,11 @@ async fn reconcile(
             if let Some(cached) = cached {
                 expectations.expect_change(&uid, cached);
             }
-            let scaled = nest_client::done_unless_refused(
-                sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await,
-            );
-            match cached {
-                Some(cached) => expectations.settle(&uid, cached, scaled)?,
-                None => scaled?,
-            };
+            let scaled = sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await;
+            if let Some(cached) = cached {
+                expectations.answered(&uid, cached, &scaled, version_of);
+            }
+            nest_client::done_unless_refused(scaled)?;
         }
         // History: old, empty ReplicaSets beyond the limit go, oldest first.
         let limit = usize::try_from(spec.revision_history_limit.unwrap_or(10)).unwrap_or(0);
@@ -277,9 +273,8 @@ async fn reconcile(
         empty.sort_by_key(|s| revision_of(s));
         for set in empty.iter().take(empty.len().saturating_sub(limit)) {
             expectations.expect_change(&uid, set);
-            if sets_api.delete(&set.name_any(), &DeleteParams::background()).await.is_err() {
-                expectations.change_failed(&uid, set);
-            }
+            let deleted = sets_api.delete(&set.name_any(), &DeleteParams::background()).await;
+            expectations.answered(&uid, set, &deleted, |a| a.as_ref().left().and_then(version_of));
         }
     }
     update_status(&context, &deployment, &sets, new.as_ref()).await

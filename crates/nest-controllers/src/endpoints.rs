@@ -18,7 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::informers::{Expectations, Informers, Reconciling, listed};
+use crate::informers::{Expectations, Informers, Reconciling, listed, version_of};
 use crate::replicaset::is_ready;
 
 /// The label naming an EndpointSlice's Service.
@@ -33,8 +33,8 @@ struct Context {
     expectations: Expectations<EndpointSlice>,
 }
 
-/// Runs the controllers until the process stops. A Service is looked at when it changes, when a pod its selector
-/// picks changes, and when its EndpointSlice does.
+/// Runs the controllers until the process stops. A Service is looked at when it changes and when a pod its selector
+/// picks changes.
 pub(crate) async fn run(client: Client, caches: Informers) {
     let services = caches.services.store();
     let expectations = Expectations::new(&caches.endpoint_slices);
@@ -45,7 +45,7 @@ pub(crate) async fn run(client: Client, caches: Informers) {
         expectations: expectations.clone(),
     });
     let endpoints = Reconciling::new(&caches.services)
-        .owns(&caches.endpoint_slices, &expectations)
+        .expects(&caches.endpoint_slices, &expectations)
         .watches(&caches.pods, move |pod| selecting_services(&services, pod))
         .run(reconcile, error_policy, context);
     crate::drive(endpoints, "endpoints").await;
@@ -206,9 +206,7 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
             slice.metadata.resource_version = current.metadata.resource_version.clone();
             expectations.expect_change(&uid, &current);
             let replaced = slices.replace(&current.name_any(), &PostParams::default(), &slice).await;
-            if replaced.is_err() {
-                expectations.change_failed(&uid, &current);
-            }
+            expectations.answered(&uid, &current, &replaced, version_of);
             ignore_conflict(replaced)?
         }
         Some(_) => {}

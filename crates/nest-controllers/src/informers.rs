@@ -21,7 +21,10 @@ use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+    ServiceAccount,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::reflector::store::Writer;
@@ -95,6 +98,7 @@ impl<K: Kind> Clone for Informer<K> {
 
 struct Shared<K: Kind> {
     api: Api<K>,
+    config: watcher::Config,
     writer: Mutex<Writer<K>>,
     store: Store<K>,
     /// Whether the cache holds a first complete list. Kept here rather than read from the store, whose readiness
@@ -108,10 +112,16 @@ struct Shared<K: Kind> {
 impl<K: Kind> Informer<K> {
     /// The cache of what `api` lists; empty until [`feed`](Self::feed) runs.
     pub(crate) fn new(api: Api<K>) -> Self {
+        Informer::with_config(api, watcher::Config::default())
+    }
+
+    /// The cache of what `api` lists as `config` selects.
+    pub(crate) fn with_config(api: Api<K>, config: watcher::Config) -> Self {
         let writer = Writer::default();
         let store = writer.as_reader();
         let shared = Shared {
             api,
+            config,
             writer: Mutex::new(writer),
             store,
             synced: tokio::sync::watch::Sender::new(false),
@@ -139,7 +149,7 @@ impl<K: Kind> Informer<K> {
 
     /// Keeps the cache up to date with its watch (retried with back-off), until the task is dropped.
     pub(crate) async fn feed(self) {
-        let events = watcher(self.shared.api.clone(), watcher::Config::default()).default_backoff();
+        let events = watcher(self.shared.api.clone(), self.shared.config.clone()).default_backoff();
         self.take(events).await;
     }
 
@@ -226,6 +236,11 @@ pub(crate) fn listed<K: Kind>(cache: &Store<K>, keep: impl Fn(&K) -> bool) -> Ve
 /// The caches of every kind the controllers read, one each, built when this instance starts to lead.
 #[derive(Clone)]
 pub(crate) struct Informers {
+    pub namespaces: Informer<Namespace>,
+    /// Only each namespace's `default` ServiceAccount, which is all the controllers read of that kind.
+    pub default_accounts: Informer<ServiceAccount>,
+    /// Only each namespace's root CA ConfigMap, likewise.
+    pub root_ca_configmaps: Informer<ConfigMap>,
     pub pods: Informer<Pod>,
     pub nodes: Informer<Node>,
     pub services: Informer<Service>,
@@ -249,7 +264,14 @@ impl Informers {
         fn all<K: Kind>(client: &Client) -> Informer<K> {
             Informer::new(Api::all(client.clone()))
         }
+        let named = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
         Informers {
+            namespaces: all(client),
+            default_accounts: Informer::with_config(Api::all(client.clone()), named("default")),
+            root_ca_configmaps: Informer::with_config(
+                Api::all(client.clone()),
+                named(crate::serviceaccount::ROOT_CA_CONFIGMAP),
+            ),
             pods: all(client),
             nodes: all(client),
             services: all(client),
@@ -273,6 +295,9 @@ impl Informers {
             (name, Box::new(move || Box::pin(informer.clone().feed())))
         }
         vec![
+            feed("informer-namespaces", &self.namespaces),
+            feed("informer-serviceaccounts", &self.default_accounts),
+            feed("informer-configmaps", &self.root_ca_configmaps),
             feed("informer-pods", &self.pods),
             feed("informer-nodes", &self.nodes),
             feed("informer-services", &self.services),
@@ -323,6 +348,18 @@ impl<K: Kind> Reconciling<K> {
         self.reads(children)
     }
 
+    /// Only lets `expectations` see the changes of `children` (what its own writes of them cause does not reconcile
+    /// the owner again).
+    pub(crate) fn expects<C: Kind>(mut self, children: &Informer<C>, expectations: &Expectations<C>) -> Self {
+        let expectations = expectations.clone();
+        let observed = children.subscribe().filter_map(move |change| {
+            expectations.observe(&change);
+            std::future::ready(None)
+        });
+        self.triggers.push(observed.boxed());
+        self.reads(children)
+    }
+
     /// And the objects `map` names when one of `others` changes.
     pub(crate) fn watches<O: Kind>(
         mut self,
@@ -359,23 +396,25 @@ impl<K: Kind> Reconciling<K> {
         E: std::error::Error + Send + 'static,
     {
         let Reconciling { store, triggers, synced } = self;
-        let queue = futures_util::stream::once(async move {
+        // The applier is made only once the caches have synced: it waits for its store's readiness itself, which
+        // wakes only the last of several waiters (two controllers of one kind would wait for ever), and is at once
+        // ready then. The subscriptions keep every change meanwhile.
+        futures_util::stream::once(async move {
             futures_util::future::join_all(synced).await;
             tracing::debug!(kind = %K::kind(&()), "caches synced: reconciling");
-            futures_util::stream::select_all(triggers)
+            let queue = futures_util::stream::select_all(triggers).map(Ok::<_, std::convert::Infallible>);
+            kube::runtime::applier(
+                move |object, context| {
+                    CancelableJoinHandle::spawn(reconcile(object, context), &tokio::runtime::Handle::current())
+                },
+                error_policy,
+                context,
+                store,
+                queue,
+                Config::default(),
+            )
         })
         .flatten()
-        .map(Ok::<_, std::convert::Infallible>);
-        kube::runtime::applier(
-            move |object, context| {
-                CancelableJoinHandle::spawn(reconcile(object, context), &tokio::runtime::Handle::current())
-            },
-            error_policy,
-            context,
-            store,
-            queue,
-            Config::default(),
-        )
     }
 }
 
@@ -441,25 +480,40 @@ impl<K: Kind> Expectations<K> {
         self.with(owner, |p| p.changes.push((ObjectRef::from_obj(object), read)));
     }
 
-    /// The change or deletion of `object` for `owner` was not done, and did not happen meanwhile (the request was
-    /// refused for a reason other than the object having changed or gone): the cache will not show it.
-    pub(crate) fn change_failed(&self, owner: &str, object: &K) {
-        let reference = ObjectRef::from_obj(object);
-        self.with(owner, |p| {
-            if let Some(at) = p.changes.iter().position(|(r, _)| *r == reference) {
-                p.changes.remove(at);
-            }
-        });
+    /// Takes the server's answer to a change of `object` that `owner` expects (`version` reads the version of the
+    /// object in it, if it holds one): a change refused, or answered with the version read (it changed nothing, as
+    /// deleting what is already being deleted, so no watch event will come of it), is not waited for.
+    pub(crate) fn answered<T>(
+        &self,
+        owner: &str,
+        object: &K,
+        answer: &kube::Result<T>,
+        version: impl Fn(&T) -> Option<String>,
+    ) {
+        let read = object.resource_version();
+        let void = answer.as_ref().map_or(true, |answer| version(answer).is_some_and(|v| Some(v) == read));
+        if void {
+            let reference = ObjectRef::from_obj(object);
+            self.with(owner, |p| {
+                if let Some(at) = p.changes.iter().position(|(r, _)| *r == reference) {
+                    p.changes.remove(at);
+                }
+            });
+        }
     }
 
-    /// Passes on `done`, what a change of `object` that `owner` expects came to (as
-    /// [`nest_client::done_unless_refused`] or [`nest_client::done_unless_gone_or_changed`] read it); one that was
-    /// not done is not waited for.
-    pub(crate) fn settle(&self, owner: &str, object: &K, done: kube::Result<bool>) -> kube::Result<bool> {
-        if !matches!(done, Ok(true)) {
-            self.change_failed(owner, object);
-        }
-        done
+    /// [`answered`](Self::answered), then the answer as `done` reads it ([`nest_client::done_unless_refused`] or
+    /// [`nest_client::done_unless_gone_or_changed`]).
+    pub(crate) fn settle<T>(
+        &self,
+        owner: &str,
+        object: &K,
+        answer: kube::Result<T>,
+        version: impl Fn(&T) -> Option<String>,
+        done: fn(kube::Result<T>) -> kube::Result<bool>,
+    ) -> kube::Result<bool> {
+        self.answered(owner, object, &answer, version);
+        done(answer)
     }
 
     /// Takes what the watch reported: a new child counts toward its controller's creations.
@@ -489,6 +543,11 @@ impl<K: Kind> Expectations<K> {
         }
         false
     }
+}
+
+/// The version of the object in a write's answer.
+pub(crate) fn version_of<K: Resource>(object: &K) -> Option<String> {
+    object.meta().resource_version.clone()
 }
 
 /// How soon an owner whose expectations are unmet is looked at again (its children's changes usually come first).
@@ -628,11 +687,16 @@ mod tests {
         informer.apply(watcher::Event::Delete(pod("old", "1", "13", Some("rs"))));
         assert!(expectations.satisfied("rs"));
 
-        // A change that was refused is not waited for.
+        // A change that was refused, or that changed nothing, is not waited for; one that was done is.
         let new = informer.store().get(&ObjectRef::new("new").within("default")).unwrap();
+        let version = |p: &Pod| p.resource_version();
         expectations.expect_change("rs", &new);
+        expectations.answered("rs", &new, &Ok(pod("new", "2", "14", Some("rs"))), version);
         assert!(!expectations.satisfied("rs"));
-        expectations.change_failed("rs", &new);
+        expectations.answered("rs", &new, &Err::<Pod, _>(kube::Error::LinesCodecMaxLineLengthExceeded), version);
+        assert!(expectations.satisfied("rs"));
+        expectations.expect_change("rs", &new);
+        expectations.answered("rs", &new, &Ok((*new).clone()), version);
         assert!(expectations.satisfied("rs"));
     }
 }

@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::Informers;
+use crate::informers::{Informers, version_of};
 use crate::replicaset::{controlled_by, is_active, is_ready};
 
 /// Runs the controller until the process stops.
@@ -142,8 +142,14 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
         let delete = DeleteParams::background();
         for pod in &active[..active.len() - wanted_active] {
             expectations.expect_change(&uid, pod);
-            let deleted = nest_client::done_unless_refused(pods_api.delete(&pod.name_any(), &delete).await);
-            if expectations.settle(&uid, pod, deleted)? {
+            let deleted = pods_api.delete(&pod.name_any(), &delete).await;
+            if expectations.settle(
+                &uid,
+                pod,
+                deleted,
+                |a| a.as_ref().left().and_then(version_of),
+                nest_client::done_unless_refused,
+            )? {
                 context.events.about(&*job, "Normal", "SuccessfulDelete", format!("Deleted pod: {}", pod.name_any()));
             }
         }

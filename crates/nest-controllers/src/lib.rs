@@ -215,8 +215,8 @@ fn controllers(
         (name, Box::new(move || Box::pin(run(client.clone(), caches.clone()))))
     }
     let mut parts = vec![
-        part("namespace", client, caches, |c, _| namespace::run(c)),
-        part("serviceaccount", client, caches, move |c, _| serviceaccount::run(c, ca_pem.clone())),
+        part("namespace", client, caches, namespace::run),
+        part("serviceaccount", client, caches, move |c, i| serviceaccount::run(c, i, ca_pem.clone())),
         part("replicaset", client, caches, replicaset::run),
         part("replicationcontroller", client, caches, replicaset::run_replication),
         part("deployment", client, caches, deployment::run),
@@ -228,7 +228,7 @@ fn controllers(
         part("daemonset", client, caches, daemonset::run),
         part("statefulset", client, caches, statefulset::run),
         part("podgc", client, caches, podgc::run),
-        part("persistentvolume-binder", client, caches, move |c, _| volumes::run(c, local_volumes)),
+        part("persistentvolume-binder", client, caches, move |c, i| volumes::run(c, i, local_volumes)),
         part("protection", client, caches, protection::run),
     ];
     if let Some(signing) = signing {

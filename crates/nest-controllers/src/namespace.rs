@@ -9,9 +9,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::{Discovery, Scope, verbs};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
+
+use crate::informers::{Informers, Reconciling};
 
 /// The finalizer this controller owns.
 const FINALIZER: &str = "kubernetes";
@@ -20,11 +21,10 @@ struct Context {
     client: Client,
 }
 
-/// Runs the controller until `client`'s server goes away for good.
-pub async fn run(client: Client) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
+/// Runs the controller until the process stops.
+pub(crate) async fn run(client: Client, caches: Informers) {
     let context = Arc::new(Context { client });
-    let results = Controller::new(namespaces, watcher::Config::default()).run(reconcile, error_policy, context);
+    let results = Reconciling::new(&caches.namespaces).run(reconcile, error_policy, context);
     crate::drive(results, "namespace").await;
 }
 

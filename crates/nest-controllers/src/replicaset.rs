@@ -18,7 +18,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, listed};
+use crate::informers::{Informers, listed, version_of};
 
 /// At most this many pods are created or deleted per pass, as kube-controller-manager's `burstReplicas`.
 pub(crate) const BURST: usize = 500;
@@ -180,7 +180,7 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
                     let patch = json!({"metadata": {"ownerReferences": remaining}});
                     expectations.expect_change(&uid, &pod);
                     let released = pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
-                    expectations.settle(&uid, &pod, nest_client::done_unless_gone_or_changed(released))?;
+                    expectations.settle(&uid, &pod, released, version_of, nest_client::done_unless_gone_or_changed)?;
                 }
             }
             None if matches && is_active(&pod) && pod.metadata.deletion_timestamp.is_none() => {
@@ -191,7 +191,7 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
                     json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
                 expectations.expect_change(&uid, &pod);
                 let adopted = pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
-                if expectations.settle(&uid, &pod, nest_client::done_unless_gone_or_changed(adopted))? {
+                if expectations.settle(&uid, &pod, adopted, version_of, nest_client::done_unless_gone_or_changed)? {
                     owned.push(Arc::unwrap_or_clone(pod));
                 }
             }
@@ -235,7 +235,13 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
         let deletions = surplus.iter().map(|pod| pods.delete(pod.metadata.name.as_deref().unwrap_or(""), &delete));
         let mut failure = None;
         for (pod, deleted) in surplus.iter().zip(futures_util::future::join_all(deletions).await) {
-            match expectations.settle(&uid, pod, nest_client::done_unless_gone_or_changed(deleted)) {
+            match expectations.settle(
+                &uid,
+                pod,
+                deleted,
+                |a| a.as_ref().left().and_then(version_of),
+                nest_client::done_unless_gone_or_changed,
+            ) {
                 Ok(true) => {
                     let message = format!("Deleted pod: {}", pod.name_any());
                     context.events.about(&*set, "Normal", "SuccessfulDelete", message);

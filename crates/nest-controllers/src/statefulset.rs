@@ -27,7 +27,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Expectations, Informers, listed};
+use crate::informers::{Expectations, Informers, listed, version_of};
 use crate::replicaset::{controller_of, is_ready, selects};
 
 /// The label naming the ControllerRevision a pod was made from.
@@ -298,9 +298,7 @@ impl Pass<'_> {
     async fn delete(&self, pod: &Pod) -> Result<(), kube::Error> {
         self.expectations.expect_change(&self.uid, pod);
         let deleted = self.pods.delete(&pod.name_any(), &DeleteParams::default()).await;
-        if deleted.is_err() {
-            self.expectations.change_failed(&self.uid, pod);
-        }
+        self.expectations.answered(&self.uid, pod, &deleted, |a| a.as_ref().left().and_then(version_of));
         match deleted {
             Ok(_) => {
                 self.told("delete", pod, None);
@@ -427,13 +425,12 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
                 let patch =
                     json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
                 expectations.expect_change(&uid, &pod);
-                match pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                let adopted = pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                expectations.answered(&uid, &pod, &adopted, version_of);
+                match adopted {
                     Ok(adopted) => owned.push(adopted),
-                    Err(kube::Error::Api(_)) => expectations.change_failed(&uid, &pod),
-                    Err(error) => {
-                        expectations.change_failed(&uid, &pod);
-                        return Err(error);
-                    }
+                    Err(kube::Error::Api(_)) => {}
+                    Err(error) => return Err(error),
                 }
             }
             _ => {}
