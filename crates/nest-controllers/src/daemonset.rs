@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, listed, version_of};
+use crate::informers::{Informers, listed};
 use crate::replicaset::{controlled_by, is_active, is_ready};
 
 /// The label recording which template generation a daemon pod was made from.
@@ -77,7 +77,7 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
     let expectations = &context.expectations;
     // Daemon pods just created or deleted that the cache does not show yet would be created or deleted again.
     if !expectations.satisfied(&uid) {
-        return Ok(Action::requeue(crate::informers::EXPECTING));
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
     }
     let nodes = listed(&context.caches.nodes.store(), |_| true);
     let pods_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
@@ -112,18 +112,9 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
             deletions.push(stale);
         }
     }
+    let delete = DeleteParams::background();
     for pod in deletions {
-        expectations.expect_change(&uid, pod);
-        let deleted = pods_api.delete(&pod.name_any(), &DeleteParams::background()).await;
-        if expectations.settle(
-            &uid,
-            pod,
-            deleted,
-            |a| a.as_ref().left().and_then(version_of),
-            nest_client::done_unless_refused,
-        )? {
-            context.events.about(&*set, "Normal", "SuccessfulDelete", format!("Deleted pod: {}", pod.name_any()));
-        }
+        crate::pods::delete(&context, &pods_api, &*set, pod, &delete, nest_client::done_unless_refused).await?;
     }
 
     let template = spec.template.clone();

@@ -16,7 +16,8 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, listed, version_of};
+use crate::expectations::version_of;
+use crate::informers::{Informers, listed};
 use crate::replicaset::controller_of;
 
 /// The label (and selector term) that ties a ReplicaSet and its pods to one template.
@@ -131,7 +132,7 @@ async fn reconcile(
     let expectations = &context.expectations;
     // A ReplicaSet just created or scaled that the cache does not show yet would be created or scaled again.
     if !expectations.satisfied(&uid) {
-        return Ok(Action::requeue(crate::informers::EXPECTING));
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
     }
     let sets_api: Api<ReplicaSet> = Api::namespaced(context.client.clone(), &namespace);
     let owned = |s: &ReplicaSet| {

@@ -18,7 +18,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::informers::{Expectations, Informers, Reconciling, listed, version_of};
+use crate::expectations::{Expectations, version_of};
+use crate::informers::{Informers, listed};
+use crate::reconciling::Reconciling;
 use crate::replicaset::is_ready;
 
 /// The label naming an EndpointSlice's Service.
@@ -97,7 +99,7 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
     let uid = service.uid().unwrap_or_default();
     // A slice just created or replaced that the cache does not show yet would be created again.
     if !context.expectations.satisfied(&uid) {
-        return Ok(Action::requeue(crate::informers::EXPECTING));
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
     }
     let selected = listed(&context.pods, |p| {
         p.metadata.namespace.as_deref() == Some(namespace.as_str())

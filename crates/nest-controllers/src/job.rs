@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, version_of};
+use crate::informers::Informers;
 use crate::replicaset::{controlled_by, is_active, is_ready};
 
 /// Runs the controller until the process stops.
@@ -55,7 +55,7 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
     let expectations = &context.expectations;
     // Pods just created or deleted that the cache does not show yet would be created or deleted again.
     if !expectations.satisfied(&uid) {
-        return Ok(Action::requeue(crate::informers::EXPECTING));
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
     }
     let pods_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let pods = controlled_by(&context.caches.pods.store(), &namespace, &uid);
@@ -115,43 +115,15 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
             ("job-name", name.as_str()),
         ];
         let pod = crate::pod_from_template(&*job, &spec.template, &labels, None);
-        let post = PostParams::default();
         // At most a burst of pods per pass, as the ReplicaSet controller (upstream: slow-start batches of at most
         // 500): a Job asking for 2³¹ pods at once makes them a burst at a time, never 2³¹ requests in memory.
         let missing = (wanted_active - active.len()).min(crate::replicaset::BURST);
-        expectations.expect_creations(&uid, missing);
-        let creations = (0..missing).map(|_| pods_api.create(&post, &pod));
-        let mut failure = None;
-        for created in futures_util::future::join_all(creations).await {
-            match created {
-                Ok(created) => {
-                    let message = format!("Created pod: {}", created.name_any());
-                    context.events.about(&*job, "Normal", "SuccessfulCreate", message);
-                }
-                Err(error) => {
-                    expectations.creation_failed(&uid);
-                    failure.get_or_insert(error);
-                }
-            }
-        }
-        if let Some(error) = failure {
-            return Err(error);
-        }
+        crate::pods::create(&context, &pods_api, &*job, &pod, missing).await?;
     } else if active.len() > wanted_active {
         active.sort_by_key(|p| is_ready(p));
         let delete = DeleteParams::background();
         for pod in &active[..active.len() - wanted_active] {
-            expectations.expect_change(&uid, pod);
-            let deleted = pods_api.delete(&pod.name_any(), &delete).await;
-            if expectations.settle(
-                &uid,
-                pod,
-                deleted,
-                |a| a.as_ref().left().and_then(version_of),
-                nest_client::done_unless_refused,
-            )? {
-                context.events.about(&*job, "Normal", "SuccessfulDelete", format!("Deleted pod: {}", pod.name_any()));
-            }
+            crate::pods::delete(&context, &pods_api, &*job, pod, &delete, nest_client::done_unless_refused).await?;
         }
         active.truncate(wanted_active);
     }

@@ -28,6 +28,7 @@ pub mod certificates;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
+pub(crate) mod expectations;
 pub mod garbage;
 pub(crate) mod informers;
 pub mod job;
@@ -35,7 +36,9 @@ pub mod leader;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod podgc;
+pub(crate) mod pods;
 pub mod protection;
+pub(crate) mod reconciling;
 pub mod replicaset;
 pub mod serviceaccount;
 pub mod statefulset;
@@ -85,7 +88,7 @@ pub(crate) struct Context<C: informers::Kind = k8s_openapi::api::core::v1::Pod> 
     pub client: Client,
     pub events: nest_client::events::Recorder,
     pub caches: informers::Informers,
-    pub expectations: informers::Expectations<C>,
+    pub expectations: expectations::Expectations<C>,
 }
 
 /// Runs `reconcile` for every object of kind `K` in `primary`, and again whenever an object of kind `Child` in
@@ -110,8 +113,8 @@ pub(crate) async fn run_owning<K, Child, F, Fut>(
         tracing::debug!(%error, controller, "reconcile failed; retrying");
         Action::requeue(std::time::Duration::from_secs(1))
     };
-    let expectations = informers::Expectations::new(children);
-    let mut reconciling = informers::Reconciling::new(primary).owns(children, &expectations);
+    let expectations = expectations::Expectations::new(children);
+    let mut reconciling = reconciling::Reconciling::new(primary).owns(children, &expectations);
     for synced in reads {
         reconciling = reconciling.after(synced);
     }

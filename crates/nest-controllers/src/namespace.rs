@@ -12,7 +12,8 @@ use kube::discovery::{Discovery, Scope, verbs};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 
-use crate::informers::{Informers, Reconciling};
+use crate::informers::Informers;
+use crate::reconciling::Reconciling;
 
 /// The finalizer this controller owns.
 const FINALIZER: &str = "kubernetes";

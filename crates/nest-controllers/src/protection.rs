@@ -15,7 +15,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, Reconciling};
+use crate::informers::Informers;
+use crate::reconciling::Reconciling;
 
 /// A claim's finalizer.
 const CLAIM: &str = "kubernetes.io/pvc-protection";

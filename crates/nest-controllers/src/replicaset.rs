@@ -12,13 +12,14 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, listed, version_of};
+use crate::expectations::version_of;
+use crate::informers::{Informers, listed};
 
 /// At most this many pods are created or deleted per pass, as kube-controller-manager's `burstReplicas`.
 pub(crate) const BURST: usize = 500;
@@ -43,15 +44,7 @@ pub(crate) async fn run_replication(client: Client, caches: Informers) {
 }
 
 /// What the controller reads of a set: a ReplicaSet, or a ReplicationController (its selector a map of labels).
-pub trait Replicated:
-    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + k8s_openapi::serde::de::DeserializeOwned
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
+pub(crate) trait Replicated: crate::informers::Kind + kube::Resource<Scope = NamespaceResourceScope> {
     /// Who the set's Events are from.
     const COMPONENT: &'static str;
     /// The selector, template and wanted replicas, if the set has a spec.
@@ -161,7 +154,7 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
     let expectations = &context.expectations;
     // Pods this controller just created or deleted that the cache does not show yet would be counted wrong.
     if !expectations.satisfied(&uid) {
-        return Ok(Action::requeue(crate::informers::EXPECTING));
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
     }
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let all = in_namespace(&context.caches.pods.store(), &namespace);
@@ -185,13 +178,8 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
             }
             None if matches && is_active(&pod) && pod.metadata.deletion_timestamp.is_none() => {
                 // Adopt an orphan.
-                let mut references = pod.owner_references().to_vec();
-                references.push(crate::controller_reference(&*set));
-                let patch =
-                    json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
-                expectations.expect_change(&uid, &pod);
-                let adopted = pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
-                if expectations.settle(&uid, &pod, adopted, version_of, nest_client::done_unless_gone_or_changed)? {
+                let adopted = crate::pods::adopt(&context, &pods, &*set, &pod).await;
+                if nest_client::done_unless_gone_or_changed(adopted)? {
                     owned.push(Arc::unwrap_or_clone(pod));
                 }
             }
@@ -205,55 +193,15 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
         let missing = (wanted - active.len()).min(BURST);
         let template = template.clone().unwrap_or_default();
         let pod = crate::pod_from_template(&*set, &template, &[], None);
-        let post = PostParams::default();
-        expectations.expect_creations(&uid, missing);
-        let creations = (0..missing).map(|_| pods.create(&post, &pod));
-        let mut failure = None;
-        for created in futures_util::future::join_all(creations).await {
-            match created {
-                Ok(created) => {
-                    let message = format!("Created pod: {}", created.name_any());
-                    context.events.about(&*set, "Normal", "SuccessfulCreate", message);
-                    active.push(created);
-                }
-                Err(error) => {
-                    expectations.creation_failed(&uid);
-                    failure.get_or_insert(error);
-                }
-            }
-        }
-        if let Some(error) = failure {
-            return Err(error);
-        }
+        active.extend(crate::pods::create(&context, &pods, &*set, &pod, missing).await?);
     } else if active.len() > wanted {
         active.sort_by_key(deletion_rank);
         let surplus: Vec<Pod> = active.drain(..(active.len() - wanted).min(BURST)).collect();
         let delete = DeleteParams::default();
-        for pod in &surplus {
-            expectations.expect_change(&uid, pod);
-        }
-        let deletions = surplus.iter().map(|pod| pods.delete(pod.metadata.name.as_deref().unwrap_or(""), &delete));
-        let mut failure = None;
-        for (pod, deleted) in surplus.iter().zip(futures_util::future::join_all(deletions).await) {
-            match expectations.settle(
-                &uid,
-                pod,
-                deleted,
-                |a| a.as_ref().left().and_then(version_of),
-                nest_client::done_unless_gone_or_changed,
-            ) {
-                Ok(true) => {
-                    let message = format!("Deleted pod: {}", pod.name_any());
-                    context.events.about(&*set, "Normal", "SuccessfulDelete", message);
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    failure.get_or_insert(error);
-                }
-            }
-        }
-        if let Some(error) = failure {
-            return Err(error);
+        let done = nest_client::done_unless_gone_or_changed;
+        let deletions = surplus.iter().map(|pod| crate::pods::delete(&context, &pods, &*set, pod, &delete, done));
+        for deleted in futures_util::future::join_all(deletions).await {
+            deleted?;
         }
     }
 

@@ -12,7 +12,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 
-use crate::informers::{Informers, Reconciling};
+use crate::informers::Informers;
+use crate::reconciling::Reconciling;
 
 /// The ConfigMap every namespace gets.
 pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";

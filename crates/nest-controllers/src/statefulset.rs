@@ -27,7 +27,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Expectations, Informers, listed, version_of};
+use crate::expectations::{Expectations, version_of};
+use crate::informers::{Informers, listed};
 use crate::replicaset::{controller_of, is_ready, selects};
 
 /// The label naming the ControllerRevision a pod was made from.
@@ -409,7 +410,7 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
     let expectations = &context.expectations;
     // Pods just created or deleted that the cache does not show yet would be created or deleted again.
     if !expectations.satisfied(&uid) {
-        return Ok(Action::requeue(crate::informers::EXPECTING));
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
 
@@ -420,14 +421,7 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
             Some(owner) if owner.uid == uid => owned.push(pod),
             // An orphan with one of the set's names and labels (left by `--cascade=orphan`) is adopted.
             None if selects(&spec.selector, pod.labels()) && ordinal_of(&name, &pod.name_any()).is_some() => {
-                let mut references = pod.owner_references().to_vec();
-                references.push(crate::controller_reference(&*set));
-                let patch =
-                    json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
-                expectations.expect_change(&uid, &pod);
-                let adopted = pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
-                expectations.answered(&uid, &pod, &adopted, version_of);
-                match adopted {
+                match crate::pods::adopt(&context, &pods, &*set, &pod).await {
                     Ok(adopted) => owned.push(adopted),
                     Err(kube::Error::Api(_)) => {}
                     Err(error) => return Err(error),

@@ -18,7 +18,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::informers::{Informers, Reconciling};
+use crate::informers::Informers;
+use crate::reconciling::Reconciling;
 
 /// The provisioner of nest's local volumes (a volume's `pv.kubernetes.io/provisioned-by`, its CSI driver name):
 /// each is a directory on the node that runs the claim's pods.
