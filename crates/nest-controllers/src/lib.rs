@@ -19,6 +19,11 @@
 //! - [`podgc`]: removes pods whose node is gone;
 //! - [`protection`]: lets a claim or volume being deleted go once nothing uses it (pvc- and pv-protection);
 //! - [`certificates`]: signs approved CertificateSigningRequests for the standard signers, when given the CA.
+//!
+//! They read what they manage from one cache per kind for the whole instance (`informers`, as client-go's shared
+//! informers), never by listing over HTTP on a reconcile (but for the namespace controller's discovery-driven
+//! sweep); `reconciling` runs a controller on those caches and `expectations` keeps it from acting twice on what
+//! its cache does not show yet.
 
 use std::future::Future;
 

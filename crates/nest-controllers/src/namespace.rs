@@ -76,6 +76,10 @@ async fn reconcile(namespace: Arc<Namespace>, context: Arc<Context>) -> Result<A
 }
 
 /// Deletes everything in namespace `name`; returns how many objects are still there.
+///
+/// Unlike the other controllers this lists over HTTP, as upstream's namespaced-resources deleter does: it needs
+/// every namespaced kind the server serves (custom ones included, found by discovery at that moment), and only
+/// while a namespace is being deleted; a cache of every kind, kept all the time for that, would cost far more.
 async fn empty(client: &Client, name: &str) -> Result<usize, Error> {
     let discovery = Discovery::new(client.clone()).run().await?;
     let mut remaining = 0;
