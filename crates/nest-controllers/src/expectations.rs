@@ -44,6 +44,8 @@ impl<K: Kind> Expectations<K> {
 
     fn with(&self, owner: &str, f: impl FnOnce(&mut Pending<K>)) {
         let mut pending = lock(&self.pending);
+        // Those of owners deleted before their expectations were met are never asked about again.
+        pending.retain(|_, p| p.since.elapsed() <= EXPECTATIONS_TIMEOUT);
         let entry = pending.entry(owner.to_string()).or_insert_with(|| Pending {
             since: Instant::now(),
             creations: 0,
