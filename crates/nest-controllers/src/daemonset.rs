@@ -11,20 +11,23 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::replicaset::{controller_of, is_active, is_ready};
+use crate::informers::{Informers, listed};
+use crate::replicaset::{controlled_by, is_active, is_ready};
 
 /// The label recording which template generation a daemon pod was made from.
 pub const GENERATION_LABEL: &str = "pod-template-generation";
 
-/// Runs the controller until `client`'s server goes away for good. DaemonSets are looked at again every few seconds,
-/// which is how new nodes are noticed.
-pub async fn run(client: Client) {
-    crate::run_owning::<DaemonSet, Pod, _, _>(client, reconcile, "daemonset-controller").await;
+/// Runs the controller until the process stops. DaemonSets are looked at again every few seconds, which is how new
+/// nodes are noticed.
+pub(crate) async fn run(client: Client, caches: Informers) {
+    let pair = (&caches.daemon_sets, &caches.pods);
+    let nodes = vec![caches.nodes.until_synced()];
+    crate::run_owning(client, &caches, pair, nodes, reconcile, "daemonset-controller").await;
 }
 
 /// The tolerations kube-controller-manager adds to every daemon pod, and to one on the host's network, which does not
@@ -71,29 +74,29 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
     let uid = set.uid().unwrap_or_default();
     let generation = set.metadata.generation.unwrap_or(1).to_string();
     let spec = set.spec.clone().unwrap_or_default();
-    let nodes: Vec<Node> = Api::<Node>::all(context.client.clone()).list(&ListParams::default()).await?.items;
+    let expectations = &context.expectations;
+    // Daemon pods just created or deleted that the cache does not show yet would be created or deleted again.
+    if !expectations.satisfied(&uid) {
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
+    }
+    let nodes = listed(&context.caches.nodes.store(), |_| true);
     let pods_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    let pods: Vec<Pod> = pods_api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| controller_of(&p.metadata).is_some_and(|o| o.uid == uid) && is_active(p))
-        .collect();
+    let mut pods = controlled_by(&context.caches.pods.store(), &namespace, &uid);
+    pods.retain(is_active);
     let mut by_node: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
     for pod in &pods {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
         by_node.entry(node).or_default().push(pod);
     }
-    let wanted: Vec<&Node> = nodes.iter().filter(|n| eligible(&set, n)).collect();
+    let wanted: Vec<&Node> = nodes.iter().map(|n| &**n).filter(|n| eligible(&set, n)).collect();
     let wanted_names: Vec<String> = wanted.iter().map(|n| n.name_any()).collect();
 
-    let mut deletions: Vec<String> = Vec::new();
+    let mut deletions: Vec<&Pod> = Vec::new();
     for (node, on_node) in &by_node {
         if !wanted_names.contains(node) {
-            deletions.extend(on_node.iter().map(|p| p.name_any()));
+            deletions.extend(on_node.iter().copied());
         } else if on_node.len() > 1 {
-            deletions.extend(on_node[1..].iter().map(|p| p.name_any()));
+            deletions.extend(on_node[1..].iter().copied());
         }
     }
     // Rolling update: replace out-of-date pods while at most one daemon pod is unavailable.
@@ -106,18 +109,18 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
                 && wanted_names.contains(&p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default())
         });
         if let Some(stale) = stale {
-            deletions.push(stale.name_any());
+            deletions.push(stale);
         }
     }
-    for pod in &deletions {
-        if nest_client::done_unless_refused(pods_api.delete(pod, &DeleteParams::background()).await)? {
-            context.events.about(&*set, "Normal", "SuccessfulDelete", format!("Deleted pod: {pod}"));
-        }
+    let delete = DeleteParams::background();
+    for pod in deletions {
+        crate::pods::delete(&context, &pods_api, &*set, pod, &delete, nest_client::done_unless_refused).await?;
     }
 
     let template = spec.template.clone();
     let missing: Vec<&String> = wanted_names.iter().filter(|n| !by_node.contains_key(*n)).collect();
-    for node in &missing {
+    expectations.expect_creations(&uid, missing.len());
+    for (made, node) in missing.iter().enumerate() {
         let mut pod_spec = template.spec.clone().unwrap_or_default();
         pod_spec.node_name = Some((*node).clone());
         let mut tolerations = pod_spec.tolerations.take().unwrap_or_default();
@@ -125,7 +128,14 @@ async fn reconcile(set: Arc<DaemonSet>, context: Arc<crate::Context>) -> Result<
         pod_spec.tolerations = Some(tolerations);
         let pod =
             crate::pod_from_template(&*set, &template, &[(GENERATION_LABEL, generation.as_str())], Some(pod_spec));
-        match pods_api.create(&PostParams::default(), &pod).await {
+        let created = pods_api.create(&PostParams::default(), &pod).await;
+        if created.is_err() {
+            // None of the rest is asked for either.
+            for _ in made..missing.len() {
+                expectations.creation_failed(&uid);
+            }
+        }
+        match created {
             Ok(pod) => {
                 context.events.about(&*set, "Normal", "SuccessfulCreate", format!("Created pod: {}", pod.name_any()))
             }

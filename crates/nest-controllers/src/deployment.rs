@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use crate::expectations::version_of;
+use crate::informers::{Informers, listed};
 use crate::replicaset::controller_of;
 
 /// The label (and selector term) that ties a ReplicaSet and its pods to one template.
@@ -23,9 +25,10 @@ pub const HASH_LABEL: &str = "pod-template-hash";
 /// The annotation numbering revisions.
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 
-/// Runs the controller until `client`'s server goes away for good.
-pub async fn run(client: Client) {
-    crate::run_owning::<Deployment, ReplicaSet, _, _>(client, reconcile, COMPONENT).await;
+/// Runs the controller until the process stops.
+pub(crate) async fn run(client: Client, caches: Informers) {
+    let pair = (&caches.deployments, &caches.replica_sets);
+    crate::run_owning(client, &caches, pair, vec![], reconcile, COMPONENT).await;
 }
 
 /// The hash of a pod template: FNV-1a (64 bits) of its JSON without zero values (whose keys serde_json keeps
@@ -116,21 +119,28 @@ fn revision_of(set: &ReplicaSet) -> i64 {
     set.annotations().get(REVISION).and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
-async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {
+async fn reconcile(
+    deployment: Arc<Deployment>,
+    context: Arc<crate::Context<ReplicaSet>>,
+) -> Result<Action, kube::Error> {
     if deployment.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let (namespace, name) = (deployment.namespace().unwrap_or_default(), deployment.name_any());
     let Some(spec) = deployment.spec.clone() else { return Ok(Action::await_change()) };
     let uid = deployment.uid().unwrap_or_default();
+    let expectations = &context.expectations;
+    // A ReplicaSet just created or scaled that the cache does not show yet would be created or scaled again.
+    if !expectations.satisfied(&uid) {
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
+    }
     let sets_api: Api<ReplicaSet> = Api::namespaced(context.client.clone(), &namespace);
-    let mut sets: Vec<ReplicaSet> = sets_api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|s| controller_of(&s.metadata).is_some_and(|o| o.uid == uid))
-        .collect();
+    let owned = |s: &ReplicaSet| {
+        s.metadata.namespace.as_deref() == Some(namespace.as_str())
+            && controller_of(&s.metadata).is_some_and(|o| o.uid == uid)
+    };
+    let mut sets: Vec<ReplicaSet> =
+        listed(&context.caches.replica_sets.store(), owned).into_iter().map(Arc::unwrap_or_clone).collect();
 
     // The ReplicaSet of the current template (whatever its name: a rollback brings back an older one), created if
     // missing.
@@ -160,7 +170,12 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
                      "template": template},
         }))
         .map_err(kube::Error::SerdeError)?;
-        match sets_api.create(&PostParams::default(), &set).await {
+        expectations.expect_creations(&uid, 1);
+        let created = sets_api.create(&PostParams::default(), &set).await;
+        if created.is_err() {
+            expectations.creation_failed(&uid);
+        }
+        match created {
             Ok(created) => {
                 if initial > 0 {
                     let message = format!("Scaled up replica set {new_name} from 0 to {initial}");
@@ -178,7 +193,10 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
     {
         // Rolled back to an older template: it becomes the newest revision again.
         let patch = json!({"metadata": {"annotations": {REVISION: max_revision.saturating_add(1).to_string()}}});
-        sets_api.patch(&new_name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        expectations.expect_change(&uid, current);
+        let renumbered = sets_api.patch(&new_name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+        expectations.answered(&uid, current, &renumbered, version_of);
+        renumbered?;
     }
 
     let (new, old): (Vec<ReplicaSet>, Vec<ReplicaSet>) = sets.iter().cloned().partition(|s| s.name_any() == new_name);
@@ -239,9 +257,15 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
             let message = format!("Scaled {direction} replica set {set} from {from} to {replicas}");
             context.events.about(&*deployment, "Normal", "ScalingReplicaSet", message);
             let patch = json!({"spec": {"replicas": count(replicas)}});
-            nest_client::done_unless_refused(
-                sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await,
-            )?;
+            let cached = sets.iter().find(|s| s.name_any() == set);
+            if let Some(cached) = cached {
+                expectations.expect_change(&uid, cached);
+            }
+            let scaled = sets_api.patch(&set, &PatchParams::default(), &Patch::Merge(&patch)).await;
+            if let Some(cached) = cached {
+                expectations.answered(&uid, cached, &scaled, version_of);
+            }
+            nest_client::done_unless_refused(scaled)?;
         }
         // History: old, empty ReplicaSets beyond the limit go, oldest first.
         let limit = usize::try_from(spec.revision_history_limit.unwrap_or(10)).unwrap_or(0);
@@ -249,14 +273,16 @@ async fn reconcile(deployment: Arc<Deployment>, context: Arc<crate::Context>) ->
             old.iter().filter(|s| replicas_of(s) == 0 && s.status.as_ref().map_or(0, |st| st.replicas) == 0).collect();
         empty.sort_by_key(|s| revision_of(s));
         for set in empty.iter().take(empty.len().saturating_sub(limit)) {
-            let _ = sets_api.delete(&set.name_any(), &DeleteParams::background()).await;
+            expectations.expect_change(&uid, set);
+            let deleted = sets_api.delete(&set.name_any(), &DeleteParams::background()).await;
+            expectations.answered(&uid, set, &deleted, |a| a.as_ref().left().and_then(version_of));
         }
     }
     update_status(&context, &deployment, &sets, new.as_ref()).await
 }
 
 async fn update_status(
-    context: &crate::Context,
+    context: &crate::Context<ReplicaSet>,
     deployment: &Deployment,
     sets: &[ReplicaSet],
     new: Option<&ReplicaSet>,

@@ -12,13 +12,15 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::expectations::{Expectations, version_of};
+use crate::informers::{Informers, listed};
+use crate::reconciling::Reconciling;
 use crate::replicaset::is_ready;
 
 /// The label naming an EndpointSlice's Service.
@@ -27,17 +29,28 @@ const MANAGED_BY: (&str, &str) = ("endpointslice.kubernetes.io/managed-by", "end
 
 struct Context {
     client: Client,
+    pods: Store<Pod>,
+    slices: Store<EndpointSlice>,
+    /// Slices created or replaced that the cache does not show yet, by Service.
+    expectations: Expectations<EndpointSlice>,
 }
 
-/// Runs the controllers until `client`'s server goes away for good.
-pub async fn run(client: Client) {
-    let (services, service_feed) = nest_client::cache(Api::<Service>::all(client.clone()), Default::default());
-    let selecting = services.clone();
-    let context = Arc::new(Context { client: client.clone() });
-    let endpoints = Controller::new(Api::<Service>::all(client.clone()), watcher::Config::default())
-        .watches(Api::<Pod>::all(client), watcher::Config::default(), move |pod| selecting_services(&selecting, &pod))
+/// Runs the controllers until the process stops. A Service is looked at when it changes and when a pod its selector
+/// picks changes.
+pub(crate) async fn run(client: Client, caches: Informers) {
+    let services = caches.services.store();
+    let expectations = Expectations::new(&caches.endpoint_slices);
+    let context = Arc::new(Context {
+        client,
+        pods: caches.pods.store(),
+        slices: caches.endpoint_slices.store(),
+        expectations: expectations.clone(),
+    });
+    let endpoints = Reconciling::new(&caches.services)
+        .expects(&caches.endpoint_slices, &expectations)
+        .watches(&caches.pods, move |pod| selecting_services(&services, pod))
         .run(reconcile, error_policy, context);
-    tokio::join!(service_feed, crate::drive(endpoints, "endpoints"));
+    crate::drive(endpoints, "endpoints").await;
 }
 
 /// The Services in the pod's namespace whose selectors match it.
@@ -83,18 +96,17 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let (namespace, name) = (service.namespace().unwrap_or_default(), service.name_any());
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    // The API server filters by the selector: many Services in one namespace must not each read all its pods.
-    let query: Vec<String> = spec.selector.iter().flatten().map(|(k, v)| format!("{k}={v}")).collect();
-    let selected: Vec<Pod> = pods
-        .list(&ListParams::default().labels(&query.join(",")))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| selects(&service, p.labels()))
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()).is_some_and(|ip| !ip.is_empty()))
-        .collect();
+    let uid = service.uid().unwrap_or_default();
+    // A slice just created or replaced that the cache does not show yet would be created again.
+    if !context.expectations.satisfied(&uid) {
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
+    }
+    let selected = listed(&context.pods, |p| {
+        p.metadata.namespace.as_deref() == Some(namespace.as_str())
+            && selects(&service, p.labels())
+            && p.metadata.deletion_timestamp.is_none()
+            && p.status.as_ref().and_then(|s| s.pod_ip.as_deref()).is_some_and(|ip| !ip.is_empty())
+    });
     let ports = spec.ports.clone().unwrap_or_default();
     // `publishNotReadyAddresses`: every selected pod counts as ready (peers that must find each other before they
     // are ready, such as etcd members).
@@ -170,7 +182,9 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
     }
 
     let slices: Api<EndpointSlice> = Api::namespaced(context.client.clone(), &namespace);
-    let existing = slices.list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}"))).await?.items;
+    let existing = listed(&context.slices, |s| {
+        s.metadata.namespace.as_deref() == Some(namespace.as_str()) && s.labels().get(SERVICE_NAME_LABEL) == Some(&name)
+    });
     let wanted = json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"generateName": format!("{name}-"), "namespace": namespace,
@@ -178,13 +192,24 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
         "addressType": "IPv4", "endpoints": slice_endpoints, "ports": slice_ports,
     });
     let mut slice: EndpointSlice = serde_json::from_value(wanted).map_err(kube::Error::SerdeError)?;
+    let expectations = &context.expectations;
     match existing.into_iter().next() {
-        None => ignore_conflict(slices.create(&PostParams::default(), &slice).await)?,
+        None => {
+            expectations.expect_creations(&uid, 1);
+            let created = slices.create(&PostParams::default(), &slice).await;
+            if created.is_err() {
+                expectations.creation_failed(&uid);
+            }
+            ignore_conflict(created)?
+        }
         Some(current) if current.endpoints != slice.endpoints || current.ports != slice.ports => {
             slice.metadata.name = current.metadata.name.clone();
             slice.metadata.generate_name = None;
             slice.metadata.resource_version = current.metadata.resource_version.clone();
-            ignore_conflict(slices.replace(&current.name_any(), &PostParams::default(), &slice).await)?
+            expectations.expect_change(&uid, &current);
+            let replaced = slices.replace(&current.name_any(), &PostParams::default(), &slice).await;
+            expectations.answered(&uid, &current, &replaced, version_of);
+            ignore_conflict(replaced)?
         }
         Some(_) => {}
     }

@@ -7,16 +7,18 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::replicaset::{controller_of, is_active, is_ready};
+use crate::informers::Informers;
+use crate::replicaset::{controlled_by, is_active, is_ready};
 
-/// Runs the controller until `client`'s server goes away for good.
-pub async fn run(client: Client) {
-    crate::run_owning::<Job, Pod, _, _>(client, reconcile, "job-controller").await;
+/// Runs the controller until the process stops.
+pub(crate) async fn run(client: Client, caches: Informers) {
+    let pair = (&caches.jobs, &caches.pods);
+    crate::run_owning(client, &caches, pair, vec![], reconcile, "job-controller").await;
 }
 
 fn finished(job: &Job) -> bool {
@@ -50,14 +52,13 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
     let (namespace, name) = (job.namespace().unwrap_or_default(), job.name_any());
     let uid = job.uid().unwrap_or_default();
     let spec = job.spec.clone().unwrap_or_default();
+    let expectations = &context.expectations;
+    // Pods just created or deleted that the cache does not show yet would be created or deleted again.
+    if !expectations.satisfied(&uid) {
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
+    }
     let pods_api: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    let pods: Vec<Pod> = pods_api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| controller_of(&p.metadata).is_some_and(|o| o.uid == uid))
-        .collect();
+    let pods = controlled_by(&context.caches.pods.store(), &namespace, &uid);
     let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i32;
     let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i32;
     let mut active: Vec<&Pod> = pods.iter().filter(|p| is_active(p)).collect();
@@ -114,22 +115,15 @@ async fn reconcile(job: Arc<Job>, context: Arc<crate::Context>) -> Result<Action
             ("job-name", name.as_str()),
         ];
         let pod = crate::pod_from_template(&*job, &spec.template, &labels, None);
-        let post = PostParams::default();
         // At most a burst of pods per pass, as the ReplicaSet controller (upstream: slow-start batches of at most
         // 500): a Job asking for 2³¹ pods at once makes them a burst at a time, never 2³¹ requests in memory.
         let missing = (wanted_active - active.len()).min(crate::replicaset::BURST);
-        let creations = (0..missing).map(|_| pods_api.create(&post, &pod));
-        for created in futures_util::future::join_all(creations).await {
-            let created = created?;
-            context.events.about(&*job, "Normal", "SuccessfulCreate", format!("Created pod: {}", created.name_any()));
-        }
+        crate::pods::create(&context, &pods_api, &*job, &pod, missing).await?;
     } else if active.len() > wanted_active {
         active.sort_by_key(|p| is_ready(p));
         let delete = DeleteParams::background();
         for pod in &active[..active.len() - wanted_active] {
-            if nest_client::done_unless_refused(pods_api.delete(&pod.name_any(), &delete).await)? {
-                context.events.about(&*job, "Normal", "SuccessfulDelete", format!("Deleted pod: {}", pod.name_any()));
-            }
+            crate::pods::delete(&context, &pods_api, &*job, pod, &delete, nest_client::done_unless_refused).await?;
         }
         active.truncate(wanted_active);
     }

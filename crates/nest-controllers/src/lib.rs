@@ -19,6 +19,11 @@
 //! - [`podgc`]: removes pods whose node is gone;
 //! - [`protection`]: lets a claim or volume being deleted go once nothing uses it (pvc- and pv-protection);
 //! - [`certificates`]: signs approved CertificateSigningRequests for the standard signers, when given the CA.
+//!
+//! They read what they manage from one cache per kind for the whole instance (`informers`, as client-go's shared
+//! informers), never by listing over HTTP on a reconcile (but for the namespace controller's discovery-driven
+//! sweep); `reconciling` runs a controller on those caches and `expectations` keeps it from acting twice on what
+//! its cache does not show yet.
 
 use std::future::Future;
 
@@ -28,13 +33,17 @@ pub mod certificates;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
+pub(crate) mod expectations;
 pub mod garbage;
+pub(crate) mod informers;
 pub mod job;
 pub mod leader;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod podgc;
+pub(crate) mod pods;
 pub mod protection;
+pub(crate) mod reconciling;
 pub mod replicaset;
 pub mod serviceaccount;
 pub mod statefulset;
@@ -78,50 +87,49 @@ pub(crate) fn controller_reference<K: kube::Resource<DynamicType = ()>>(
     k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference { block_owner_deletion: Some(true), ..reference }
 }
 
-/// What every reconcile gets: the client, and the controller's event recorder.
-pub(crate) struct Context {
+/// What every reconcile of a controller owning children of kind `C` gets: the client, the controller's event
+/// recorder, every shared cache, and the controller's expectations of its children.
+pub(crate) struct Context<C: informers::Kind = k8s_openapi::api::core::v1::Pod> {
     pub client: Client,
     pub events: nest_client::events::Recorder,
+    pub caches: informers::Informers,
+    pub expectations: expectations::Expectations<C>,
 }
 
-/// Runs `reconcile` for every object of kind `K`, and again whenever an object of kind `Child` that it controls
-/// changes, until the watches end. A failed reconcile is logged and retried a second later. `controller` is the
-/// component its Events come from (`replicaset-controller`).
-pub(crate) async fn run_owning<K, Child, F, Fut>(client: Client, reconcile: F, controller: &'static str)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + k8s_openapi::serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    Child: kube::Resource<DynamicType = ()>
-        + Clone
-        + k8s_openapi::serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    F: FnMut(std::sync::Arc<K>, std::sync::Arc<Context>) -> Fut,
+/// Runs `reconcile` for every object of kind `K` in `primary`, and again whenever an object of kind `Child` in
+/// `children` that it owns changes, until the process stops; nothing is reconciled before those caches and the ones
+/// in `reads` have listed once. A failed reconcile is logged and retried a second later. `controller` is the component
+/// its Events come from (`replicaset-controller`).
+pub(crate) async fn run_owning<K, Child, F, Fut>(
+    client: Client,
+    caches: &informers::Informers,
+    (primary, children): (&informers::Informer<K>, &informers::Informer<Child>),
+    reads: Vec<futures_util::future::BoxFuture<'static, ()>>,
+    reconcile: F,
+    controller: &'static str,
+) where
+    K: informers::Kind,
+    Child: informers::Kind,
+    F: FnMut(std::sync::Arc<K>, std::sync::Arc<Context<Child>>) -> Fut,
     Fut: std::future::Future<Output = Result<kube::runtime::controller::Action, kube::Error>> + Send + 'static,
 {
-    use kube::runtime::{controller::Action, watcher};
-    let error_policy = move |_: std::sync::Arc<K>, error: &kube::Error, _: std::sync::Arc<Context>| {
+    use kube::runtime::controller::Action;
+    let error_policy = move |_: std::sync::Arc<K>, error: &kube::Error, _: std::sync::Arc<Context<Child>>| {
         tracing::debug!(%error, controller, "reconcile failed; retrying");
         Action::requeue(std::time::Duration::from_secs(1))
     };
-    let results = kube::runtime::Controller::new(kube::Api::<K>::all(client.clone()), watcher::Config::default())
-        .owns(kube::Api::<Child>::all(client.clone()), watcher::Config::default())
-        .run(
-            reconcile,
-            error_policy,
-            std::sync::Arc::new(Context {
-                events: nest_client::events::Recorder::new(client.clone(), controller, None),
-                client,
-            }),
-        );
-    drive(results, controller).await;
+    let expectations = expectations::Expectations::new(children);
+    let mut reconciling = reconciling::Reconciling::new(primary).owns(children, &expectations);
+    for synced in reads {
+        reconciling = reconciling.after(synced);
+    }
+    let context = Context {
+        events: nest_client::events::Recorder::new(client.clone(), controller, None),
+        client,
+        caches: caches.clone(),
+        expectations,
+    };
+    drive(reconciling.run(reconcile, error_policy, std::sync::Arc::new(context)), controller).await;
 }
 
 /// Runs a kube-runtime controller's stream until its watches end, logging failed reconciles (they are retried as the
@@ -179,86 +187,60 @@ pub async fn run(client: Client, options: Options, shutdown: impl Future<Output 
     }
     tracing::info!(%identity, "leading: starting the controllers");
     on_leading();
-    // Each controller in a task of its own, started again if it panics: one controller's bug (or one object that
-    // trips it) stops only that controller, and only for the back-off.
-    use nest_client::supervise::restarting;
-    let with = |client: &Client| {
-        let client = client.clone();
-        move || client.clone()
-    };
-    let controllers = async {
-        tokio::join!(
-            restarting("namespace", {
-                let c = with(&client);
-                move || namespace::run(c())
-            }),
-            restarting("serviceaccount", {
-                let (c, ca_pem) = (with(&client), ca_pem.clone());
-                move || serviceaccount::run(c(), ca_pem.clone())
-            }),
-            restarting("replicaset", {
-                let c = with(&client);
-                move || replicaset::run(c())
-            }),
-            restarting("replicationcontroller", {
-                let c = with(&client);
-                move || replicaset::run_replication(c())
-            }),
-            restarting("deployment", {
-                let c = with(&client);
-                move || deployment::run(c())
-            }),
-            restarting("garbagecollector", {
-                let c = with(&client);
-                move || garbage::run(c())
-            }),
-            restarting("nodelifecycle", {
-                let c = with(&client);
-                move || nodelifecycle::run(c(), node_grace)
-            }),
-            restarting("taint-eviction", {
-                let c = with(&client);
-                move || taint_eviction::run(c())
-            }),
-            restarting("job", {
-                let c = with(&client);
-                move || job::run(c())
-            }),
-            restarting("endpoints", {
-                let c = with(&client);
-                move || endpoints::run(c())
-            }),
-            restarting("daemonset", {
-                let c = with(&client);
-                move || daemonset::run(c())
-            }),
-            restarting("statefulset", {
-                let c = with(&client);
-                move || statefulset::run(c())
-            }),
-            restarting("podgc", {
-                let c = with(&client);
-                move || podgc::run(c())
-            }),
-            restarting("persistentvolume-binder", {
-                let c = with(&client);
-                move || volumes::run(c(), local_volumes)
-            }),
-            restarting("protection", {
-                let c = with(&client);
-                move || protection::run(c())
-            }),
-            async {
-                if let Some(signing) = signing {
-                    let c = with(&client);
-                    restarting("csrsigning", move || certificates::run(c(), signing.clone())).await;
-                }
-            },
-        );
-    };
+    // One cache per kind, shared by every controller ([`informers`]); each watch and each controller in a task of
+    // its own, started again if it panics: one controller's bug (or one object that trips it) stops only that
+    // controller, and only for the back-off.
+    let caches = informers::Informers::new(&client);
+    let mut parts = caches.feeds();
+    parts.extend(controllers(&client, &caches, ca_pem, node_grace, local_volumes, signing));
+    let controllers = futures_util::future::join_all(
+        parts.into_iter().map(|(name, start)| nest_client::supervise::restarting(name, start)),
+    );
     tokio::select! {
-        () = controllers => anyhow::bail!("the controllers stopped"),
+        _ = controllers => anyhow::bail!("the controllers stopped"),
         () = election.hold() => anyhow::bail!("lost the leader lease {}/{}", LEASE.0, LEASE.1),
         () = &mut shutdown => Ok(()),
     }
+}
+
+/// Every controller, named, with how to start it (again, after a panic).
+fn controllers(
+    client: &Client,
+    caches: &informers::Informers,
+    ca_pem: String,
+    node_grace: std::time::Duration,
+    local_volumes: bool,
+    signing: Option<certificates::Signing>,
+) -> Vec<informers::Part> {
+    /// A part running `run` with a client and the caches.
+    fn part<Fut: Future<Output = ()> + Send + 'static>(
+        name: &'static str,
+        client: &Client,
+        caches: &informers::Informers,
+        run: impl Fn(Client, informers::Informers) -> Fut + Send + 'static,
+    ) -> informers::Part {
+        let (client, caches) = (client.clone(), caches.clone());
+        (name, Box::new(move || Box::pin(run(client.clone(), caches.clone()))))
+    }
+    let mut parts = vec![
+        part("namespace", client, caches, namespace::run),
+        part("serviceaccount", client, caches, move |c, i| serviceaccount::run(c, i, ca_pem.clone())),
+        part("replicaset", client, caches, replicaset::run),
+        part("replicationcontroller", client, caches, replicaset::run_replication),
+        part("deployment", client, caches, deployment::run),
+        part("garbagecollector", client, caches, |c, _| garbage::run(c)),
+        part("nodelifecycle", client, caches, move |c, i| nodelifecycle::run(c, i, node_grace)),
+        part("taint-eviction", client, caches, taint_eviction::run),
+        part("job", client, caches, job::run),
+        part("endpoints", client, caches, endpoints::run),
+        part("daemonset", client, caches, daemonset::run),
+        part("statefulset", client, caches, statefulset::run),
+        part("podgc", client, caches, podgc::run),
+        part("persistentvolume-binder", client, caches, move |c, i| volumes::run(c, i, local_volumes)),
+        part("protection", client, caches, protection::run),
+    ];
+    if let Some(signing) = signing {
+        parts.push(part("csrsigning", client, caches, move |c, _| certificates::run(c, signing.clone())));
+    }
+    parts
 }

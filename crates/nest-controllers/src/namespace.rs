@@ -9,9 +9,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::{Discovery, Scope, verbs};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
+
+use crate::informers::Informers;
+use crate::reconciling::Reconciling;
 
 /// The finalizer this controller owns.
 const FINALIZER: &str = "kubernetes";
@@ -20,11 +22,10 @@ struct Context {
     client: Client,
 }
 
-/// Runs the controller until `client`'s server goes away for good.
-pub async fn run(client: Client) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
+/// Runs the controller until the process stops.
+pub(crate) async fn run(client: Client, caches: Informers) {
     let context = Arc::new(Context { client });
-    let results = Controller::new(namespaces, watcher::Config::default()).run(reconcile, error_policy, context);
+    let results = Reconciling::new(&caches.namespaces).run(reconcile, error_policy, context);
     crate::drive(results, "namespace").await;
 }
 
@@ -75,6 +76,10 @@ async fn reconcile(namespace: Arc<Namespace>, context: Arc<Context>) -> Result<A
 }
 
 /// Deletes everything in namespace `name`; returns how many objects are still there.
+///
+/// Unlike the other controllers this lists over HTTP, as upstream's namespaced-resources deleter does: it needs
+/// every namespaced kind the server serves (custom ones included, found by discovery at that moment), and only
+/// while a namespace is being deleted; a cache of every kind, kept all the time for that, would cost far more.
 async fn empty(client: &Client, name: &str) -> Result<usize, Error> {
     let discovery = Discovery::new(client.clone()).run().await?;
     let mut remaining = 0;

@@ -10,20 +10,24 @@
 //!   and `spec.unschedulable` is `node.kubernetes.io/unschedulable`. A node that is not Ready also gets the `NoExecute`
 //!   taint of its state (`not-ready` or `unreachable`), which a Ready node loses. Taints nobody here manages are kept.
 //!
-//! Nodes and Leases are read from the caches of two watches; a node is looked at as soon as its watch reports a change
-//! (so a new node's `not-ready` taint goes the moment it reports Ready) and every second, which sends nothing unless
-//! a node's state changed.
+//! Nodes (and pods) are read from the controller-manager's shared caches, Leases from a cache of its own; a node is
+//! looked at as soon as its watch reports a change (so a new node's `not-ready` taint goes the moment it reports
+//! Ready) and every second, which sends nothing unless a node's state changed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use crate::informers::{Informers, listed};
 
 /// The taint of a node that is not ready.
 pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -49,24 +53,27 @@ const STARTUP_GRACE: Duration = Duration::from_secs(60);
 
 /// Runs the controller until the task is dropped. `grace` is kube-controller-manager's
 /// `--node-monitor-grace-period`.
-pub async fn run(client: Client, grace: Duration) {
+pub(crate) async fn run(client: Client, caches: Informers, grace: Duration) {
     let changed = Arc::new(tokio::sync::Notify::new());
     let poke = changed.clone();
-    let (nodes, node_feed) = nest_client::cache_then(
-        Api::<Node>::all(client.clone()),
-        Default::default(),
-        kube::runtime::watcher::DefaultBackoff::default(),
-        move |_| poke.notify_one(),
-    );
+    let node_changes = caches.nodes.subscribe().for_each(move |_| {
+        poke.notify_one();
+        async {}
+    });
+    // Only this controller reads the nodes' Leases: their cache is its own.
     let (leases, lease_feed) =
         nest_client::cache(Api::<Lease>::namespaced(client.clone(), "kube-node-lease"), Default::default());
+    let (nodes, pods) = (caches.nodes.store(), caches.pods.store());
     let monitor = async {
-        if nodes.wait_until_ready().await.is_err() || leases.wait_until_ready().await.is_err() {
+        caches.nodes.synced().await;
+        caches.pods.synced().await;
+        if leases.wait_until_ready().await.is_err() {
             return;
         }
         let mut disrupted = false;
         loop {
-            if let Err(error) = pass(&client, &nodes.state(), &leases.state(), grace, &mut disrupted).await {
+            let known = listed(&nodes, |_| true);
+            if let Err(error) = pass(&client, &pods, &known, &leases.state(), grace, &mut disrupted).await {
                 tracing::debug!(%error, "node lifecycle");
             }
             tokio::select! {
@@ -75,7 +82,7 @@ pub async fn run(client: Client, grace: Duration) {
             }
         }
     };
-    tokio::join!(node_feed, lease_feed, monitor);
+    tokio::join!(node_changes, lease_feed, monitor);
 }
 
 fn seconds_now() -> i64 {
@@ -90,6 +97,7 @@ fn condition<'a>(node: &'a Node, kind: &str) -> Option<&'a NodeCondition> {
 /// node was down at the last pass (upstream's "master disruption mode"), and is kept up to date.
 async fn pass(
     client: &Client,
+    pods: &Store<Pod>,
     known: &[Arc<Node>],
     leases: &[Arc<Lease>],
     grace: Duration,
@@ -119,7 +127,7 @@ async fn pass(
     }
     for (node, silenced) in known.iter().zip(silent) {
         let name = node.name_any();
-        if let Err(error) = look_at(client, &nodes, node, silenced, all_down).await {
+        if let Err(error) = look_at(client, pods, &nodes, node, silenced, all_down).await {
             tracing::debug!(%error, node = %name, "node lifecycle");
         }
     }
@@ -129,6 +137,7 @@ async fn pass(
 /// Marks `node` Unknown with the `silenced` conditions, if it went silent, and gives it the taints its state calls for.
 async fn look_at(
     client: &Client,
+    pods: &Store<Pod>,
     nodes: &Api<Node>,
     node: &Node,
     silenced: Option<Vec<serde_json::Value>>,
@@ -146,7 +155,7 @@ async fn look_at(
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => return Ok(()),
             Err(error) => return Err(error),
         }
-        mark_pods_not_ready(client, &name).await?;
+        mark_pods_not_ready(client, pods, &name).await?;
     }
     let now = Time(jiff::Timestamp::from_second(seconds_now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
     if let Some(taints) = taints_after(&node, now, disrupted) {
@@ -237,12 +246,11 @@ fn taints_after(node: &Node, now: Time, disrupted: bool) -> Option<Vec<Taint>> {
     (taints != current).then_some(taints)
 }
 
-/// Sets `Ready=False` on every pod bound to `node`.
-async fn mark_pods_not_ready(client: &Client, node: &str) -> kube::Result<()> {
-    let pods: Api<Pod> = Api::all(client.clone());
-    let bound = pods.list(&ListParams::default().fields(&format!("spec.nodeName={node}"))).await?;
+/// Sets `Ready=False` on every pod bound to `node` (as the cache `pods` holds them).
+async fn mark_pods_not_ready(client: &Client, pods: &Store<Pod>, node: &str) -> kube::Result<()> {
+    let bound = listed(pods, |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
     let now = nest_core::clock::rfc3339_now();
-    for pod in bound.items {
+    for pod in bound {
         let conditions: Vec<serde_json::Value> = pod
             .status
             .as_ref()

@@ -7,17 +7,23 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Preconditions};
+use kube::api::{Api, DeleteParams, Preconditions};
+use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
+
+use crate::informers::{Informers, listed};
 
 /// How often pods are looked at (kube: 20 s).
 const EVERY: Duration = Duration::from_secs(10);
 
-/// Runs the collector until the process stops.
-pub async fn run(client: Client) {
+/// Runs the collector until the process stops, once the caches of nodes and pods have listed.
+pub(crate) async fn run(client: Client, caches: Informers) {
+    caches.nodes.synced().await;
+    caches.pods.synced().await;
+    let (nodes, pods) = (caches.nodes.store(), caches.pods.store());
     let mut suspects: BTreeSet<String> = BTreeSet::new();
     loop {
-        match sweep(&client, &suspects).await {
+        match sweep(&client, &nodes, &pods, &suspects).await {
             Ok(missing) => suspects = missing,
             Err(error) => tracing::debug!(%error, "pod garbage collection"),
         }
@@ -26,17 +32,16 @@ pub async fn run(client: Client) {
 }
 
 /// Deletes the pods of nodes missing now and in `suspects`; returns the nodes missing now.
-async fn sweep(client: &Client, suspects: &BTreeSet<String>) -> Result<BTreeSet<String>, kube::Error> {
-    let nodes: BTreeSet<String> = Api::<Node>::all(client.clone())
-        .list_metadata(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .map(|n| n.name_any())
-        .collect();
-    let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default().fields("spec.nodeName!=")).await?;
+async fn sweep(
+    client: &Client,
+    nodes: &Store<Node>,
+    pods: &Store<Pod>,
+    suspects: &BTreeSet<String>,
+) -> Result<BTreeSet<String>, kube::Error> {
+    let nodes: BTreeSet<String> = nodes.state().iter().map(|n| n.name_any()).collect();
+    let bound = listed(pods, |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()));
     let mut missing = BTreeSet::new();
-    for pod in &pods.items {
+    for pod in &bound {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { continue };
         if nodes.contains(&node) {
             continue;

@@ -9,36 +9,41 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
+
+use crate::informers::Informers;
+use crate::reconciling::Reconciling;
 
 /// A claim's finalizer.
 const CLAIM: &str = "kubernetes.io/pvc-protection";
 /// A volume's finalizer.
 const VOLUME: &str = "kubernetes.io/pv-protection";
 
-/// Runs both controllers until `client`'s server goes away for good.
-pub async fn run(client: Client) {
-    let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::all(client.clone());
-    let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    let context = Arc::new(client);
+/// What both controllers read: the client, and the cache of pods.
+struct Context {
+    client: Client,
+    pods: Store<Pod>,
+}
+
+/// Runs both controllers until the process stops.
+pub(crate) async fn run(client: Client, caches: Informers) {
+    let context = Arc::new(Context { client, pods: caches.pods.store() });
     // A pod that finishes or goes may free the claims it named.
-    let claim_loop = Controller::new(claims, watcher::Config::default())
-        .watches(pods, watcher::Config::default(), |pod| {
+    let claim_loop = Reconciling::new(&caches.claims)
+        .watches(&caches.pods, |pod| {
             let namespace = pod.namespace().unwrap_or_default();
-            claims_of(&pod).into_iter().map(move |name| ObjectRef::new(&name).within(&namespace))
+            claims_of(pod).into_iter().map(|name| ObjectRef::new(&name).within(&namespace)).collect()
         })
         .run(reconcile_claim, retry, context.clone());
-    let volume_loop = Controller::new(volumes, watcher::Config::default()).run(reconcile_volume, retry, context);
+    let volume_loop = Reconciling::new(&caches.volumes).run(reconcile_volume, retry, context);
     tokio::join!(crate::drive(claim_loop, "pvc-protection"), crate::drive(volume_loop, "pv-protection"));
 }
 
-fn retry<K>(_: Arc<K>, error: &kube::Error, _: Arc<Client>) -> Action {
+fn retry<K>(_: Arc<K>, error: &kube::Error, _: Arc<Context>) -> Action {
     tracing::debug!(%error, "storage protection: retrying");
     Action::requeue(Duration::from_secs(1))
 }
@@ -72,33 +77,34 @@ where
     .map(drop)
 }
 
-async fn reconcile_claim(claim: Arc<PersistentVolumeClaim>, client: Arc<Client>) -> Result<Action, kube::Error> {
+async fn reconcile_claim(claim: Arc<PersistentVolumeClaim>, context: Arc<Context>) -> Result<Action, kube::Error> {
     if claim.metadata.deletion_timestamp.is_none() || !claim.finalizers().iter().any(|f| f == CLAIM) {
         return Ok(Action::await_change());
     }
     let namespace = claim.namespace().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced((*client).clone(), &namespace);
     let name = claim.name_any();
-    let in_use = pods
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .any(|pod| !finished(pod) && claims_of(pod).contains(&name));
+    let in_use = !context
+        .pods
+        .state_filter(|pod| {
+            pod.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && !finished(pod)
+                && claims_of(pod).contains(&name)
+        })
+        .is_empty();
     if !in_use {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced((*client).clone(), &namespace);
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(context.client.clone(), &namespace);
         release(&claims, &*claim, CLAIM).await?;
     }
     Ok(Action::await_change())
 }
 
-async fn reconcile_volume(volume: Arc<PersistentVolume>, client: Arc<Client>) -> Result<Action, kube::Error> {
+async fn reconcile_volume(volume: Arc<PersistentVolume>, context: Arc<Context>) -> Result<Action, kube::Error> {
     if volume.metadata.deletion_timestamp.is_none() || !volume.finalizers().iter().any(|f| f == VOLUME) {
         return Ok(Action::await_change());
     }
     let bound = volume.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     if !bound {
-        release(&Api::all((*client).clone()), &*volume, VOLUME).await?;
+        release(&Api::all(context.client.clone()), &*volume, VOLUME).await?;
     }
     Ok(Action::await_change())
 }

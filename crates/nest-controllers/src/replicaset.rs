@@ -12,22 +12,31 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use crate::expectations::version_of;
+use crate::informers::{Informers, listed};
+
 /// At most this many pods are created or deleted per pass, as kube-controller-manager's `burstReplicas`.
 pub(crate) const BURST: usize = 500;
-/// Runs the ReplicaSet controller until `client`'s server goes away for good.
-pub async fn run(client: Client) {
-    crate::run_owning::<ReplicaSet, Pod, _, _>(client, reconcile::<ReplicaSet>, ReplicaSet::COMPONENT).await;
+/// Runs the ReplicaSet controller until the process stops.
+pub(crate) async fn run(client: Client, caches: Informers) {
+    let pair = (&caches.replica_sets, &caches.pods);
+    crate::run_owning(client, &caches, pair, vec![], reconcile::<ReplicaSet>, ReplicaSet::COMPONENT).await;
 }
 
-/// Runs the ReplicationController controller until `client`'s server goes away for good.
-pub async fn run_replication(client: Client) {
-    crate::run_owning::<ReplicationController, Pod, _, _>(
+/// Runs the ReplicationController controller until the process stops.
+pub(crate) async fn run_replication(client: Client, caches: Informers) {
+    let pair = (&caches.replication_controllers, &caches.pods);
+    crate::run_owning(
         client,
+        &caches,
+        pair,
+        vec![],
         reconcile::<ReplicationController>,
         ReplicationController::COMPONENT,
     )
@@ -35,15 +44,7 @@ pub async fn run_replication(client: Client) {
 }
 
 /// What the controller reads of a set: a ReplicaSet, or a ReplicationController (its selector a map of labels).
-pub trait Replicated:
-    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + k8s_openapi::serde::de::DeserializeOwned
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
+pub(crate) trait Replicated: crate::informers::Kind + kube::Resource<Scope = NamespaceResourceScope> {
     /// Who the set's Events are from.
     const COMPONENT: &'static str;
     /// The selector, template and wanted replicas, if the set has a spec.
@@ -130,6 +131,19 @@ pub fn is_ready(pod: &Pod) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// The pods of `namespace` in `pods`, as a list of them would return them.
+pub(crate) fn in_namespace(pods: &Store<Pod>, namespace: &str) -> Vec<Arc<Pod>> {
+    listed(pods, |p| p.metadata.namespace.as_deref() == Some(namespace))
+}
+
+/// The pods of `namespace` in `pods` whose controller is `owner` (by uid), as a list of them would return them.
+pub(crate) fn controlled_by(pods: &Store<Pod>, namespace: &str, owner: &str) -> Vec<Pod> {
+    let owned = |p: &Pod| {
+        p.metadata.namespace.as_deref() == Some(namespace) && controller_of(&p.metadata).is_some_and(|o| o.uid == owner)
+    };
+    listed(pods, owned).into_iter().map(Arc::unwrap_or_clone).collect()
+}
+
 async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> Result<Action, kube::Error> {
     if set.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -137,8 +151,13 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
     let (namespace, name) = (set.namespace().unwrap_or_default(), set.name_any());
     let Some((selector, template, replicas)) = set.shape() else { return Ok(Action::await_change()) };
     let uid = set.uid().unwrap_or_default();
+    let expectations = &context.expectations;
+    // Pods this controller just created or deleted that the cache does not show yet would be counted wrong.
+    if !expectations.satisfied(&uid) {
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
+    }
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    let all = pods.list(&ListParams::default()).await?.items;
+    let all = in_namespace(&context.caches.pods.store(), &namespace);
 
     let mut owned = Vec::new();
     for pod in all {
@@ -147,26 +166,21 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
         match controller_of(&pod.metadata) {
             Some(owner) if owner.uid == uid => {
                 if matches {
-                    owned.push(pod);
+                    owned.push(Arc::unwrap_or_clone(pod));
                 } else {
                     // Release: the pod no longer matches.
                     let remaining: Vec<_> = pod.owner_references().iter().filter(|r| r.uid != uid).cloned().collect();
                     let patch = json!({"metadata": {"ownerReferences": remaining}});
-                    nest_client::done_unless_gone_or_changed(
-                        pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await,
-                    )?;
+                    expectations.expect_change(&uid, &pod);
+                    let released = pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                    expectations.settle(&uid, &pod, released, version_of, nest_client::done_unless_gone_or_changed)?;
                 }
             }
             None if matches && is_active(&pod) && pod.metadata.deletion_timestamp.is_none() => {
                 // Adopt an orphan.
-                let mut references = pod.owner_references().to_vec();
-                references.push(crate::controller_reference(&*set));
-                let patch =
-                    json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
-                if nest_client::done_unless_gone_or_changed(
-                    pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await,
-                )? {
-                    owned.push(pod);
+                let adopted = crate::pods::adopt(&context, &pods, &*set, &pod).await;
+                if nest_client::done_unless_gone_or_changed(adopted)? {
+                    owned.push(Arc::unwrap_or_clone(pod));
                 }
             }
             _ => {}
@@ -179,24 +193,15 @@ async fn reconcile<K: Replicated>(set: Arc<K>, context: Arc<crate::Context>) -> 
         let missing = (wanted - active.len()).min(BURST);
         let template = template.clone().unwrap_or_default();
         let pod = crate::pod_from_template(&*set, &template, &[], None);
-        let post = PostParams::default();
-        let creations = (0..missing).map(|_| pods.create(&post, &pod));
-        for created in futures_util::future::join_all(creations).await {
-            let created = created?;
-            let message = format!("Created pod: {}", created.name_any());
-            context.events.about(&*set, "Normal", "SuccessfulCreate", message);
-            active.push(created);
-        }
+        active.extend(crate::pods::create(&context, &pods, &*set, &pod, missing).await?);
     } else if active.len() > wanted {
         active.sort_by_key(deletion_rank);
         let surplus: Vec<Pod> = active.drain(..(active.len() - wanted).min(BURST)).collect();
         let delete = DeleteParams::default();
-        let deletions = surplus.iter().map(|pod| pods.delete(pod.metadata.name.as_deref().unwrap_or(""), &delete));
-        for (pod, deleted) in surplus.iter().zip(futures_util::future::join_all(deletions).await) {
-            if nest_client::done_unless_gone_or_changed(deleted)? {
-                let message = format!("Deleted pod: {}", pod.name_any());
-                context.events.about(&*set, "Normal", "SuccessfulDelete", message);
-            }
+        let done = nest_client::done_unless_gone_or_changed;
+        let deletions = surplus.iter().map(|pod| crate::pods::delete(&context, &pods, &*set, pod, &delete, done));
+        for deleted in futures_util::future::join_all(deletions).await {
+            deleted?;
         }
     }
 

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
+
+use crate::informers::Informers;
+use crate::reconciling::Reconciling;
 
 /// The ConfigMap every namespace gets.
 pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
@@ -22,22 +24,13 @@ struct Context {
     ca_pem: String,
 }
 
-/// Runs the controller until `client`'s server goes away for good.
-pub async fn run(client: Client, ca_pem: String) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let accounts: Api<ServiceAccount> = Api::all(client.clone());
-    let configmaps: Api<ConfigMap> = Api::all(client.clone());
+/// Runs the controller until the process stops.
+pub(crate) async fn run(client: Client, caches: Informers, ca_pem: String) {
     let in_namespace = |object_namespace: Option<String>| object_namespace.map(|ns| ObjectRef::<Namespace>::new(&ns));
     let context = Arc::new(Context { client, ca_pem });
-    let results = Controller::new(namespaces, watcher::Config::default())
-        .watches(accounts, watcher::Config::default().fields("metadata.name=default"), move |sa| {
-            in_namespace(sa.namespace())
-        })
-        .watches(
-            configmaps,
-            watcher::Config::default().fields(&format!("metadata.name={ROOT_CA_CONFIGMAP}")),
-            move |cm| in_namespace(cm.namespace()),
-        )
+    let results = Reconciling::new(&caches.namespaces)
+        .watches(&caches.default_accounts, move |sa| in_namespace(sa.namespace()).into_iter().collect())
+        .watches(&caches.root_ca_configmaps, move |cm| in_namespace(cm.namespace()).into_iter().collect())
         .run(reconcile, error_policy, context);
     crate::drive(results, "serviceaccount").await;
 }

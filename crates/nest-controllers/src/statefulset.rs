@@ -19,13 +19,16 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetSpe
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::expectations::{Expectations, version_of};
+use crate::informers::{Informers, listed};
 use crate::replicaset::{controller_of, is_ready, selects};
 
 /// The label naming the ControllerRevision a pod was made from.
@@ -35,9 +38,11 @@ pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 /// The label carrying a pod's ordinal.
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
-/// Runs the controller until `client`'s server goes away for good.
-pub async fn run(client: Client) {
-    crate::run_owning::<StatefulSet, Pod, _, _>(client, reconcile, "statefulset-controller").await;
+/// Runs the controller until the process stops.
+pub(crate) async fn run(client: Client, caches: Informers) {
+    let pair = (&caches.stateful_sets, &caches.pods);
+    let reads = vec![caches.controller_revisions.until_synced(), caches.claims.until_synced()];
+    crate::run_owning(client, &caches, pair, reads, reconcile, "statefulset-controller").await;
 }
 
 /// The set's templates by revision name, and which revisions are current and wanted.
@@ -65,9 +70,13 @@ fn finished(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
-/// A list of what `selector` matches (the API server filters; an empty selector matches nothing a set owns).
-fn selected(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> ListParams {
-    ListParams::default().labels(&crate::replicaset::selector_query(selector))
+/// Whether an object of `namespace` with `meta` is one the set's `selector` picks: as a list by the selector's query
+/// did when these were read from the API server, an empty selector picks everything.
+fn picked(selector: &LabelSelector, namespace: &str, meta: &ObjectMeta) -> bool {
+    let empty = selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty);
+    meta.namespace.as_deref() == Some(namespace)
+        && (empty || selects(selector, meta.labels.as_ref().unwrap_or(&BTreeMap::new())))
 }
 
 fn revision_of(pod: &Pod) -> &str {
@@ -76,20 +85,23 @@ fn revision_of(pod: &Pod) -> &str {
 
 /// Records the set's template as a ControllerRevision (renumbering an old one that matches it, as a rollback does)
 /// and trims revisions past `revisionHistoryLimit` that no pod uses.
-async fn revisions(set: &StatefulSet, pods: &[Pod], client: &Client) -> Result<Revisions, kube::Error> {
+async fn revisions(
+    set: &StatefulSet,
+    pods: &[Pod],
+    client: &Client,
+    cache: &Store<ControllerRevision>,
+) -> Result<Revisions, kube::Error> {
     let (namespace, name) = (set.namespace().unwrap_or_default(), set.name_any());
     let uid = set.uid().unwrap_or_default();
     let spec = set.spec.clone().unwrap_or_default();
     let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
-    // Only the revisions the selector matches are read (they carry the template's labels): with many sets in one
-    // namespace, reading all of them at every pass costs the API server the square of their number.
-    let mut owned: Vec<ControllerRevision> = api
-        .list(&selected(&spec.selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|r| controller_of(&r.metadata).is_some_and(|o| o.uid == uid))
-        .collect();
+    // The revisions the selector matches (they carry the template's labels) that the set controls.
+    let mut owned: Vec<ControllerRevision> = listed(cache, |r| {
+        picked(&spec.selector, &namespace, &r.metadata) && controller_of(&r.metadata).is_some_and(|o| o.uid == uid)
+    })
+    .into_iter()
+    .map(Arc::unwrap_or_clone)
+    .collect();
     owned.sort_by_key(|r| r.revision);
     let template = serde_json::to_value(&spec.template).unwrap_or_default();
     let update = format!("{name}-{}", crate::deployment::template_hash(&template));
@@ -179,35 +191,6 @@ fn claims(set: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim> {
         .collect()
 }
 
-/// Creates the claims pod `ordinal` needs that do not exist yet.
-async fn ensure_claims(
-    set: &StatefulSet,
-    ordinal: i32,
-    client: &Client,
-    events: &nest_client::events::Recorder,
-) -> Result<(), kube::Error> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &set.namespace().unwrap_or_default());
-    for claim in claims(set, ordinal) {
-        if api.get_opt(&claim.name_any()).await?.is_some() {
-            continue;
-        }
-        match api.create(&PostParams::default(), &claim).await {
-            Ok(_) => {
-                let message = format!(
-                    "create Claim {} Pod {}-{ordinal} in StatefulSet {} success",
-                    claim.name_any(),
-                    set.name_any(),
-                    set.name_any()
-                );
-                events.about(set, "Normal", "SuccessfulCreate", message);
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
-}
-
 /// Pod `ordinal` of `set`, made from `template` of revision `revision`.
 fn new_pod(set: &StatefulSet, ordinal: i32, revision: &str, template: &PodTemplateSpec) -> Pod {
     let name = format!("{}-{ordinal}", set.name_any());
@@ -249,6 +232,9 @@ fn new_pod(set: &StatefulSet, ordinal: i32, revision: &str, template: &PodTempla
 /// What one pass over a set found and did.
 struct Pass<'a> {
     set: &'a StatefulSet,
+    uid: String,
+    expectations: &'a Expectations<Pod>,
+    claims: Store<PersistentVolumeClaim>,
     spec: StatefulSetSpec,
     client: &'a Client,
     events: &'a nest_client::events::Recorder,
@@ -257,6 +243,29 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
+    /// Creates the claims pod `ordinal` needs that the cache does not hold (one it has not shown yet is refused as
+    /// existing, which is as good).
+    async fn ensure_claims(&self, ordinal: i32) -> Result<(), kube::Error> {
+        let namespace = self.set.namespace().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
+        for claim in claims(self.set, ordinal) {
+            if self.claims.get(&ObjectRef::new(&claim.name_any()).within(&namespace)).is_some() {
+                continue;
+            }
+            match api.create(&PostParams::default(), &claim).await {
+                Ok(_) => {
+                    let set = self.set.name_any();
+                    let message =
+                        format!("create Claim {} Pod {set}-{ordinal} in StatefulSet {set} success", claim.name_any());
+                    self.events.about(self.set, "Normal", "SuccessfulCreate", message);
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
     /// Which revision a new pod `ordinal` is made from: below the partition of a rolling update, the current one.
     fn revision_for(&self, ordinal: i32, start: i32) -> &str {
         let strategy = self.spec.update_strategy.clone().unwrap_or_default();
@@ -269,10 +278,15 @@ impl Pass<'_> {
     }
 
     async fn create(&self, ordinal: i32, start: i32) -> Result<(), kube::Error> {
-        ensure_claims(self.set, ordinal, self.client, self.events).await?;
+        self.ensure_claims(ordinal).await?;
         let revision = self.revision_for(ordinal, start).to_string();
         let template = self.revisions.templates.get(&revision).unwrap_or(&self.spec.template);
-        match self.pods.create(&PostParams::default(), &new_pod(self.set, ordinal, &revision, template)).await {
+        self.expectations.expect_creations(&self.uid, 1);
+        let created = self.pods.create(&PostParams::default(), &new_pod(self.set, ordinal, &revision, template)).await;
+        if created.is_err() {
+            self.expectations.creation_failed(&self.uid);
+        }
+        match created {
             Ok(pod) => {
                 self.told("create", &pod, None);
                 Ok(())
@@ -283,7 +297,10 @@ impl Pass<'_> {
     }
 
     async fn delete(&self, pod: &Pod) -> Result<(), kube::Error> {
-        match self.pods.delete(&pod.name_any(), &DeleteParams::default()).await {
+        self.expectations.expect_change(&self.uid, pod);
+        let deleted = self.pods.delete(&pod.name_any(), &DeleteParams::default()).await;
+        self.expectations.answered(&self.uid, pod, &deleted, |a| a.as_ref().left().and_then(version_of));
+        match deleted {
             Ok(_) => {
                 self.told("delete", pod, None);
                 Ok(())
@@ -346,7 +363,7 @@ impl Pass<'_> {
                 // Finished pods are replaced; the new one comes on the next pass, once this one is gone.
                 Some(pod) if finished(pod) && pod.metadata.deletion_timestamp.is_none() => self.delete(pod).await?,
                 Some(pod) if running_and_ready(pod) && pod.metadata.deletion_timestamp.is_none() => {
-                    ensure_claims(self.set, ordinal, self.client, self.events).await?;
+                    self.ensure_claims(ordinal).await?;
                     continue;
                 }
                 Some(_) => {}
@@ -390,19 +407,21 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
     let uid = set.uid().unwrap_or_default();
     let Some(spec) = set.spec.clone() else { return Ok(Action::await_change()) };
     let client = &context.client;
+    let expectations = &context.expectations;
+    // Pods just created or deleted that the cache does not show yet would be created or deleted again.
+    if !expectations.satisfied(&uid) {
+        return Ok(Action::requeue(crate::expectations::EXPECTING));
+    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
 
     let mut owned: Vec<Pod> = Vec::new();
-    for pod in pods.list(&selected(&spec.selector)).await?.items {
+    for pod in listed(&context.caches.pods.store(), |p| picked(&spec.selector, &namespace, &p.metadata)) {
+        let pod = Arc::unwrap_or_clone(pod);
         match controller_of(&pod.metadata) {
             Some(owner) if owner.uid == uid => owned.push(pod),
             // An orphan with one of the set's names and labels (left by `--cascade=orphan`) is adopted.
             None if selects(&spec.selector, pod.labels()) && ordinal_of(&name, &pod.name_any()).is_some() => {
-                let mut references = pod.owner_references().to_vec();
-                references.push(crate::controller_reference(&*set));
-                let patch =
-                    json!({"metadata": {"ownerReferences": references, "resourceVersion": pod.resource_version()}});
-                match pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                match crate::pods::adopt(&context, &pods, &*set, &pod).await {
                     Ok(adopted) => owned.push(adopted),
                     Err(kube::Error::Api(_)) => {}
                     Err(error) => return Err(error),
@@ -411,7 +430,7 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
             _ => {}
         }
     }
-    let revisions = revisions(&set, &owned, client).await?;
+    let revisions = revisions(&set, &owned, client, &context.caches.controller_revisions.store()).await?;
 
     let start = spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0);
     let replicas = spec.replicas.unwrap_or(1).max(0);
@@ -437,7 +456,17 @@ async fn reconcile(set: Arc<StatefulSet>, context: Arc<crate::Context>) -> Resul
         current_revision = revisions.update.clone();
         current = updated;
     }
-    let pass = Pass { set: &set, spec: spec.clone(), client, events: &context.events, pods, revisions };
+    let pass = Pass {
+        set: &set,
+        uid: uid.clone(),
+        expectations,
+        claims: context.caches.claims.store(),
+        spec: spec.clone(),
+        client,
+        events: &context.events,
+        pods,
+        revisions,
+    };
     pass.step(&by_ordinal, &condemned).await?;
 
     let status = json!({

@@ -12,11 +12,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use crate::informers::Informers;
 
 /// How often pods are looked at besides when a watch reports a change.
 const EVERY: Duration = Duration::from_secs(1);
@@ -62,22 +65,19 @@ struct Scheduled {
 const RETRY: Duration = Duration::from_secs(10);
 
 /// Runs the controller until the task is dropped.
-pub async fn run(client: Client) {
+pub(crate) async fn run(client: Client, caches: Informers) {
     let changed = Arc::new(tokio::sync::Notify::new());
-    let (poke_nodes, poke_pods) = (changed.clone(), changed.clone());
-    let backoff = || kube::runtime::watcher::DefaultBackoff::default();
-    let (nodes, node_feed) =
-        nest_client::cache_then(Api::<Node>::all(client.clone()), Default::default(), backoff(), move |_| {
-            poke_nodes.notify_one()
+    let poke = changed.clone();
+    let changes = futures_util::stream::select(caches.nodes.subscribe().map(drop), caches.pods.subscribe().map(drop))
+        .for_each(move |()| {
+            poke.notify_one();
+            async {}
         });
-    let bound = kube::runtime::watcher::Config::default().fields("spec.nodeName!=");
-    let (pods, pod_feed) =
-        nest_client::cache_then(Api::<Pod>::all(client.clone()), bound, backoff(), move |_| poke_pods.notify_one());
+    let (nodes, pods) = (caches.nodes.store(), caches.pods.store());
     let events = nest_client::events::Recorder::new(client.clone(), "taint-eviction-controller", None);
     let evicting = async {
-        if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
-            return;
-        }
+        caches.nodes.synced().await;
+        caches.pods.synced().await;
         let mut scheduled: HashMap<String, Scheduled> = HashMap::new();
         loop {
             let now = Instant::now();
@@ -86,7 +86,8 @@ pub async fn run(client: Client) {
             let tainted = nodes.state().iter().any(|n| {
                 n.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().any(|t| t.effect == "NoExecute")
             });
-            let pods_now = if tainted || !scheduled.is_empty() { pods.state() } else { Vec::new() };
+            let bound = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+            let pods_now = if tainted || !scheduled.is_empty() { pods.state_filter(bound) } else { Vec::new() };
             for pod in pods_now {
                 if pod.metadata.deletion_timestamp.is_some() {
                     continue;
@@ -127,7 +128,7 @@ pub async fn run(client: Client) {
             }
         }
     };
-    tokio::join!(node_feed, pod_feed, evicting);
+    tokio::join!(changes, evicting);
 }
 
 /// Marks `pod` as disrupted by a NoExecute taint, says so, and deletes it: `Ok(true)` once its deletion was asked for

@@ -13,11 +13,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use crate::informers::Informers;
+use crate::reconciling::Reconciling;
 
 /// The provisioner of nest's local volumes (a volume's `pv.kubernetes.io/provisioned-by`, its CSI driver name):
 /// each is a directory on the node that runs the claim's pods.
@@ -29,23 +31,22 @@ struct Context {
     local: bool,
 }
 
-/// Runs the binder until `client`'s server goes away for good; `local` provisions a volume for every claim with no
-/// storage class.
-pub async fn run(client: Client, local: bool) {
-    let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
-    let claims_again = claims.clone();
-    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+/// Runs the binder until the process stops; `local` provisions a volume for every claim with no storage class.
+pub(crate) async fn run(client: Client, caches: Informers, local: bool) {
     let context = Arc::new(Context { client: client.clone(), local });
-    let binder = Controller::new(claims, watcher::Config::default())
-        .watches(volumes.clone(), watcher::Config::default(), |volume| {
-            let claim = volume.spec.as_ref()?.claim_ref.as_ref()?;
-            Some(ObjectRef::new(claim.name.as_deref()?).within(claim.namespace.as_deref()?))
+    let binder = Reconciling::new(&caches.claims)
+        .watches(&caches.volumes, |volume| {
+            let claim = volume.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+            let reference =
+                claim.and_then(|c| Some(ObjectRef::new(c.name.as_deref()?).within(c.namespace.as_deref()?)));
+            reference.into_iter().collect()
         })
         .run(reconcile_claim, error_policy, context.clone());
     // A claim that goes frees its volume at once, not at the next look.
-    let reclaimer = Controller::new(volumes, watcher::Config::default())
-        .watches(claims_again, watcher::Config::default(), |claim| {
-            Some(ObjectRef::new(claim.spec.as_ref()?.volume_name.as_deref()?))
+    let reclaimer = Reconciling::new(&caches.volumes)
+        .watches(&caches.claims, |claim| {
+            let volume = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+            volume.map(ObjectRef::new).into_iter().collect()
         })
         .run(
             reconcile_volume,
