@@ -3,7 +3,7 @@
 //! active pods as `spec.replicas`, made from the template and owned by the set; orphans that match the selector
 //! are adopted, owned pods that stop matching are released; surplus pods are deleted least useful first (unscheduled,
 //! then pending, then not ready, then the youngest); status counts replicas, labelled, ready and available pods.
-//! What differs between the two kinds is in [`Replicated`].
+//! What differs between the two kinds is in `Replicated`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -185,3 +185,56 @@ pub fn eventually(seconds: u64, what: &str, mut check: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The cases of one long end-to-end script that share a setup too costly to make per case (a management cluster
+/// with tenants): each case runs even when one before it failed, so one failure hides none of the rest, and
+/// [`Cases::finish`] fails the test naming every case that failed. A case that needs what an earlier one made
+/// fails too when that one did; its message says so.
+#[derive(Default)]
+pub struct Cases {
+    failed: Vec<String>,
+}
+
+impl Cases {
+    pub fn new() -> Cases {
+        Cases::default()
+    }
+
+    /// Runs `check`; a panic in it (a failed assertion, an `eventually` that timed out) is recorded under `name`.
+    pub fn case(&mut self, name: &str, check: impl FnOnce()) {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(a panic without a message)");
+            self.failed.push(format!("{name}: {message}"));
+        }
+    }
+
+    /// Fails the test if any case failed, naming each.
+    pub fn finish(self) {
+        assert!(self.failed.is_empty(), "{} case(s) failed:\n{}", self.failed.len(), self.failed.join("\n"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cases;
+
+    #[test]
+    fn a_failed_case_hides_none_of_the_rest() {
+        let mut cases = Cases::new();
+        let mut ran = Vec::new();
+        cases.case("first", || panic!("the first is wrong"));
+        cases.case("second", || ran.push("second"));
+        cases.case("third", || assert_eq!(1, 2, "the third is wrong too"));
+        assert_eq!(ran, ["second"]);
+        let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cases.finish())).unwrap_err();
+        let report = report.downcast_ref::<String>().unwrap();
+        assert!(report.starts_with("2 case(s) failed:"), "{report}");
+        assert!(report.contains("first: the first is wrong") && report.contains("the third is wrong too"), "{report}");
+        assert!(!report.contains("second"), "{report}");
+        Cases::new().finish();
+    }
+}

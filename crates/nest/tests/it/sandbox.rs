@@ -9,8 +9,8 @@ use crate::common;
 
 use std::path::Path;
 
-use crate::common::eventually;
 use crate::common::up::{demo_tenant, kubectl, processes_with, stop, up};
+use crate::common::{Cases, eventually};
 
 fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
     let out = kubectl(kubeconfig, cache, &[args, &["-o", "json"]].concat());
@@ -143,25 +143,29 @@ spec:
 
     // The host's files are not in the sandbox, by any path.
     let logs = |pod: &str| String::from_utf8_lossy(&kubectl(&demo, cache.path(), &["logs", pod]).stdout).to_string();
-    eventually(90, "thief's output", || logs("thief").contains(&format!("${marker}=")));
-    let printed = logs("thief");
-    for file in &host_files {
-        assert!(printed.contains(&format!("{file}: <No such file or directory")), "{file} was readable: {printed}");
-    }
-    // Its process, seen from the host: not root, and in namespaces of its own.
-    let pids = processes_with(&marker);
-    assert_eq!(pids.len(), 1, "thief's process: {pids:?}");
-    let pid = pids[0].to_string();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let ids = |field: &str| -> Vec<u32> {
-        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
-        line.split_whitespace().skip(1).map(|n| n.parse().unwrap()).collect()
-    };
-    assert!(ids("Uid:").iter().chain(&ids("Gid:")).all(|id| *id != 0), "thief runs as root on the host: {status}");
-    for kind in ["pid", "mnt", "user", "ipc", "uts", "net"] {
-        assert_ne!(namespace(&pid, kind), namespace("self", kind), "thief shares the host's {kind} namespace");
-    }
+    let mut cases = Cases::new();
+    cases.case("the host's files are not in the sandbox, by any path", || {
+        eventually(90, "thief's output", || logs("thief").contains(&format!("${marker}=")));
+        let printed = logs("thief");
+        for file in &host_files {
+            assert!(printed.contains(&format!("{file}: <No such file or directory")), "{file} was readable: {printed}");
+        }
+        // Its process, seen from the host: not root, and in namespaces of its own.
+        let pids = processes_with(&marker);
+        assert_eq!(pids.len(), 1, "thief's process: {pids:?}");
+        let pid = pids[0].to_string();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let ids = |field: &str| -> Vec<u32> {
+            let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+            line.split_whitespace().skip(1).map(|n| n.parse().unwrap()).collect()
+        };
+        assert!(ids("Uid:").iter().chain(&ids("Gid:")).all(|id| *id != 0), "thief runs as root on the host: {status}");
+        for kind in ["pid", "mnt", "user", "ipc", "uts", "net"] {
+            assert_ne!(namespace(&pid, kind), namespace("self", kind), "thief shares the host's {kind} namespace");
+        }
+    });
 
+    cases.case("its network is its own", || {
     // Its network is its own: the host's loopback, where the management API server listens, is not in it; another
     // pod's address cannot be taken; a port below 1024 can; Services are reached through the node's bridge.
     let kubeconfig = std::fs::read_to_string(&admin).unwrap();
@@ -187,30 +191,36 @@ spec:
     assert!(printed.contains(&format!("{service} connected")), "its API server's Service not reached: {printed}");
     assert!(printed.contains(&format!("{other_pod}: Cannot assign requested address")), "took an address: {printed}");
     assert!(printed.contains("0.0.0.0:80 bound"), "{printed}");
-
-    // Over its memory limit: killed by the kernel, reported OOMKilled, restarted.
-    eventually(90, "hog OOMKilled and restarted", || {
-        let status = container(&demo, cache.path(), "hog");
-        status["lastState"]["terminated"]["reason"] == "OOMKilled" && status["restartCount"].as_i64() >= Some(1)
     });
-    assert_eq!(container(&demo, cache.path(), "hog")["lastState"]["terminated"]["exitCode"], 137);
 
-    // Nothing of the climber was written anywhere.
-    let mut escaped = Vec::new();
-    let mut dirs = vec![std::env::temp_dir(), data.path().to_path_buf(), "/run/nest".into()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().contains(&marker) {
-                escaped.push(entry.path());
-            }
-            let inside = entry.path().starts_with(data.path()) || entry.path().starts_with("/run/nest");
-            if entry.file_type().is_ok_and(|t| t.is_dir()) && inside {
-                dirs.push(entry.path());
+    cases.case("over its memory limit it is OOMKilled and restarted", || {
+        // Over its memory limit: killed by the kernel, reported OOMKilled, restarted.
+        eventually(90, "hog OOMKilled and restarted", || {
+            let status = container(&demo, cache.path(), "hog");
+            status["lastState"]["terminated"]["reason"] == "OOMKilled" && status["restartCount"].as_i64() >= Some(1)
+        });
+        assert_eq!(container(&demo, cache.path(), "hog")["lastState"]["terminated"]["exitCode"], 137);
+    });
+
+    cases.case("nothing of the climber was written anywhere", || {
+        // Nothing of the climber was written anywhere.
+        let mut escaped = Vec::new();
+        let mut dirs = vec![std::env::temp_dir(), data.path().to_path_buf(), "/run/nest".into()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if entry.file_name().to_string_lossy().contains(&marker) {
+                    escaped.push(entry.path());
+                }
+                let inside = entry.path().starts_with(data.path()) || entry.path().starts_with("/run/nest");
+                if entry.file_type().is_ok_and(|t| t.is_dir()) && inside {
+                    dirs.push(entry.path());
+                }
             }
         }
-    }
-    assert!(escaped.is_empty(), "files escaped their volume: {escaped:?}");
+        assert!(escaped.is_empty(), "files escaped their volume: {escaped:?}");
+    });
 
+    cases.case("claims: its own is bound and written; no other's is reached", || {
     // Claims: the tenant's own claim is bound (a local volume provisioned in the management cluster) and its pod
     // writes there; a claim name that is not a Bound claim of the pod's namespace — the demo control plane's own
     // data claim in the management cluster, by its name and by a path climbing to it, a claim of the tenant that is
@@ -289,54 +299,63 @@ spec:
         assert!(!made("no-such-claim"), "a directory for a claim that does not exist");
         assert!(!(tenant_side && made(&foreign)), "a tenant's namespace got the control plane's claim directory");
     }
-
-    // A node run inside a pod, with the tenant's own admin kubeconfig and the host's shell allowed as an image: it
-    // cannot make sandboxes (no privileges, a read-only root filesystem), so it stops before it registers, and no
-    // pod can be given to it.
-    eventually(90, "the inner node failing", || {
-        let status = container(&demo, cache.path(), "inner-node");
-        status["restartCount"].as_i64() >= Some(1) || status["state"]["terminated"]["exitCode"].as_i64() > Some(0)
     });
-    let previous = kubectl(&demo, cache.path(), &["logs", "inner-node", "--previous"]);
-    let said = String::from_utf8_lossy(&previous.stdout).to_string() + &logs("inner-node");
-    assert!(said.contains("/run/nest") || said.contains("OCI runtime"), "the inner node's last words: {said}");
-    let nodes = json(&demo, cache.path(), &["get", "nodes"]);
-    let names: Vec<&str> =
-        nodes["items"].as_array().unwrap().iter().filter_map(|n| n["metadata"]["name"].as_str()).collect();
-    assert_eq!(names, ["nest-node-0"], "a node from inside a pod registered");
 
-    // What the tenant's own cluster allows, the management cluster refuses: demo's pods are admitted at Pod Security
-    // baseline there, and the tenant is told which fields it refused.
-    let escape = cache.path().join("escape.yaml");
-    std::fs::write(
+    cases.case("a node inside a pod reaches only the tenant", || {
+        // A node run inside a pod, with the tenant's own admin kubeconfig and the host's shell allowed as an image: it
+        // cannot make sandboxes (no privileges, a read-only root filesystem), so it stops before it registers, and no
+        // pod can be given to it.
+        eventually(90, "the inner node failing", || {
+            let status = container(&demo, cache.path(), "inner-node");
+            status["restartCount"].as_i64() >= Some(1) || status["state"]["terminated"]["exitCode"].as_i64() > Some(0)
+        });
+        let previous = kubectl(&demo, cache.path(), &["logs", "inner-node", "--previous"]);
+        let said = String::from_utf8_lossy(&previous.stdout).to_string() + &logs("inner-node");
+        assert!(said.contains("/run/nest") || said.contains("OCI runtime"), "the inner node's last words: {said}");
+        let nodes = json(&demo, cache.path(), &["get", "nodes"]);
+        let names: Vec<&str> =
+            nodes["items"].as_array().unwrap().iter().filter_map(|n| n["metadata"]["name"].as_str()).collect();
+        assert_eq!(names, ["nest-node-0"], "a node from inside a pod registered");
+    });
+
+    cases.case("what the tenant allows, the management cluster refuses", || {
+        // What the tenant's own cluster allows, the management cluster refuses: demo's pods are admitted at Pod Security
+        // baseline there, and the tenant is told which fields it refused.
+        let escape = cache.path().join("escape.yaml");
+        std::fs::write(
         &escape,
         "apiVersion: v1\nkind: Pod\nmetadata: {name: escape}\nspec:\n  hostPID: true\n  containers:\n  - {name: main, \
          image: nest, args: [debug, cat, /etc/shadow], securityContext: {privileged: true}}\n",
     )
     .unwrap();
-    let created = kubectl(&demo, cache.path(), &["create", "-f", &escape.display().to_string()]);
-    assert!(
-        created.status.success(),
-        "the tenant's own API server takes it: {}",
-        String::from_utf8_lossy(&created.stderr)
-    );
-    eventually(60, "a SyncFailed Event naming the refused fields", || {
-        let events = json(&demo, cache.path(), &["get", "events", "--field-selector", "involvedObject.name=escape"]);
-        events["items"].as_array().unwrap().iter().any(|e| {
-            e["reason"] == "SyncFailed"
-                && e["message"].as_str().is_some_and(|m| {
-                    m.contains(concat!(
-                        r#"violates PodSecurity "baseline:latest": host namespaces (hostPID=true), privileged "#,
-                        r#"(container "main" must not set securityContext.privileged=true)"#
-                    ))
-                })
-        })
+        let created = kubectl(&demo, cache.path(), &["create", "-f", &escape.display().to_string()]);
+        assert!(
+            created.status.success(),
+            "the tenant's own API server takes it: {}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+        eventually(60, "a SyncFailed Event naming the refused fields", || {
+            let events =
+                json(&demo, cache.path(), &["get", "events", "--field-selector", "involvedObject.name=escape"]);
+            events["items"].as_array().unwrap().iter().any(|e| {
+                e["reason"] == "SyncFailed"
+                    && e["message"].as_str().is_some_and(|m| {
+                        m.contains(concat!(
+                            r#"violates PodSecurity "baseline:latest": host namespaces (hostPID=true), privileged "#,
+                            r#"(container "main" must not set securityContext.privileged=true)"#
+                        ))
+                    })
+            })
+        });
+        let everywhere = json(&admin, cache.path(), &["get", "pods", "-A", "--field-selector", "metadata.name=escape"]);
+        assert_eq!(everywhere["items"].as_array().unwrap().len(), 0, "the escape reached the management cluster");
     });
-    let everywhere = json(&admin, cache.path(), &["get", "pods", "-A", "--field-selector", "metadata.name=escape"]);
-    assert_eq!(everywhere["items"].as_array().unwrap().len(), 0, "the escape reached the management cluster");
 
-    assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
-    assert!(processes_with(&marker).is_empty(), "a sandboxed process outlived nest up");
-    let left = common::up::pod_namespaces();
-    assert!(left.is_empty(), "nest up left pod network namespaces behind: {left:?}");
+    cases.case("nest up stops and leaves no process and no network namespace behind", || {
+        assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
+        assert!(processes_with(&marker).is_empty(), "a sandboxed process outlived nest up");
+        let left = common::up::pod_namespaces();
+        assert!(left.is_empty(), "nest up left pod network namespaces behind: {left:?}");
+    });
+    cases.finish();
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::common::fixtures::{echo_deployment, widget_crd};
 use crate::common::management::{management, tenant, tenant_ok};
-use crate::common::{Component, Server, eventually};
+use crate::common::{Cases, Component, Server, eventually};
 use serde_json::{Value, json};
 
 fn tenant_json(server: &Server, name: &str, dir: &Path, args: &[&str]) -> Value {
@@ -156,32 +156,36 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     let b_pods = items(&tenant_json(&server, "b", dir, &["get", "pods", "-A"]));
     assert_eq!(b_pods.len(), 1, "b sees only its own pod: {b_pods:?}");
 
-    // Each namespace's root CA: the super cluster's publisher keeps its own kube-root-ca.crt in a's super namespace,
-    // the tenant's goes down beside it under another name, and neither is rewritten again and again by the two
-    // owners (they fought, ~900 writes a second each, when both were one object).
-    let root_ca = |namespace: &str, name: &str| server.json(&["get", "configmap", name, "-n", namespace]);
-    let tenant_ca = tenant_json(&server, "a", dir, &["get", "configmap", "kube-root-ca.crt"])["data"].clone();
-    let super_ca = root_ca("default", "kube-root-ca.crt")["data"].clone();
-    assert_ne!(tenant_ca, super_ca, "a tenant has its own CA");
-    eventually(30, "both CAs in a's super namespace", || {
-        root_ca(&a_default, "nest-kube-root-ca.crt")["data"] == tenant_ca
-            && root_ca(&a_default, "kube-root-ca.crt")["data"] == super_ca
+    let mut cases = Cases::new();
+    cases.case("each namespace's root CA stays its owner's", || {
+        // Each namespace's root CA: the super cluster's publisher keeps its own kube-root-ca.crt in a's super namespace,
+        // the tenant's goes down beside it under another name, and neither is rewritten again and again by the two
+        // owners (they fought, ~900 writes a second each, when both were one object).
+        let root_ca = |namespace: &str, name: &str| server.json(&["get", "configmap", name, "-n", namespace]);
+        let tenant_ca = tenant_json(&server, "a", dir, &["get", "configmap", "kube-root-ca.crt"])["data"].clone();
+        let super_ca = root_ca("default", "kube-root-ca.crt")["data"].clone();
+        assert_ne!(tenant_ca, super_ca, "a tenant has its own CA");
+        eventually(30, "both CAs in a's super namespace", || {
+            root_ca(&a_default, "nest-kube-root-ca.crt")["data"] == tenant_ca
+                && root_ca(&a_default, "kube-root-ca.crt")["data"] == super_ca
+        });
+        let versions = || {
+            ["kube-root-ca.crt", "nest-kube-root-ca.crt"]
+                .map(|name| root_ca(&a_default, name)["metadata"]["resourceVersion"].clone())
+        };
+        let before = versions();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        assert_eq!(versions(), before, "the root CAs in a's super namespace are being rewritten");
+        // A tenant ConfigMap of the reserved name does not take the CA's place; its owner is told why.
+        tenant_ok(&server, "a", dir, &["create", "configmap", "nest-kube-root-ca.crt", "--from-literal=ca.crt=forged"]);
+        eventually(30, "the refusal told to the tenant", || {
+            let events = items(&tenant_json(&server, "a", dir, &["get", "events"]));
+            events.iter().any(|e| e["reason"] == "SyncFailed" && e["involvedObject"]["name"] == "nest-kube-root-ca.crt")
+        });
+        assert_eq!(root_ca(&a_default, "nest-kube-root-ca.crt")["data"], tenant_ca);
     });
-    let versions = || {
-        ["kube-root-ca.crt", "nest-kube-root-ca.crt"]
-            .map(|name| root_ca(&a_default, name)["metadata"]["resourceVersion"].clone())
-    };
-    let before = versions();
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    assert_eq!(versions(), before, "the root CAs in a's super namespace are being rewritten");
-    // A tenant ConfigMap of the reserved name does not take the CA's place; its owner is told why.
-    tenant_ok(&server, "a", dir, &["create", "configmap", "nest-kube-root-ca.crt", "--from-literal=ca.crt=forged"]);
-    eventually(30, "the refusal told to the tenant", || {
-        let events = items(&tenant_json(&server, "a", dir, &["get", "events"]));
-        events.iter().any(|e| e["reason"] == "SyncFailed" && e["involvedObject"]["name"] == "nest-kube-root-ca.crt")
-    });
-    assert_eq!(root_ca(&a_default, "nest-kube-root-ca.crt")["data"], tenant_ca);
 
+    cases.case("drift in the super cluster is put back", || {
     // Drift in the super cluster is put back: a ConfigMap's data, a pod's labels, a deleted pod.
     eventually(30, "a's ConfigMap synced", || {
         server.kubectl(&["get", "configmap", "only-a", "-n", &a_default]).status.success()
@@ -237,72 +241,77 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
         "{annotations}"
     );
     tenant_ok(&server, "a", dir, &["delete", "pod", "annotated", "--wait=false"]);
+    });
 
-    // nest's image runs as processes through the super cluster: the tenant Service reaches them at the address the
-    // super cluster gave it, and `kubectl logs` in the tenant shows their output.
-    let manifest = dir.join("echo.yaml");
-    std::fs::write(&manifest, format!("{}\n---{ECHO_SERVICE}", echo_deployment(None, 2, "/healthz"))).unwrap();
-    tenant_ok(&server, "a", dir, &["create", "-f", manifest.to_str().unwrap()]);
-    eventually(60, "the echo pods running", || {
-        let pods = items(&tenant_json(&server, "a", dir, &["get", "pods", "-l", "app=echo"]));
-        running_on(&pods, "host") == 2 && pods.iter().all(|p| p["status"]["containerStatuses"][0]["ready"] == true)
+    cases.case("workloads are reached through the tenant and log there", || {
+        // nest's image runs as processes through the super cluster: the tenant Service reaches them at the address the
+        // super cluster gave it, and `kubectl logs` in the tenant shows their output.
+        let manifest = dir.join("echo.yaml");
+        std::fs::write(&manifest, format!("{}\n---{ECHO_SERVICE}", echo_deployment(None, 2, "/healthz"))).unwrap();
+        tenant_ok(&server, "a", dir, &["create", "-f", manifest.to_str().unwrap()]);
+        eventually(60, "the echo pods running", || {
+            let pods = items(&tenant_json(&server, "a", dir, &["get", "pods", "-l", "app=echo"]));
+            running_on(&pods, "host") == 2 && pods.iter().all(|p| p["status"]["containerStatuses"][0]["ready"] == true)
+        });
+        let mut address = String::new();
+        eventually(30, "the tenant Service's super address", || {
+            let service = tenant_json(&server, "a", dir, &["get", "service", "echo"]);
+            address =
+                service["metadata"]["annotations"]["tenancy.nest.dev/super-cluster-ip"].as_str().unwrap_or("").into();
+            !address.is_empty() && service["spec"]["externalIPs"][0] == address.as_str()
+        });
+        let mut answer = String::new();
+        eventually(30, "the Service answering", || {
+            let Ok(mut connection) = std::net::TcpStream::connect((address.as_str(), 80)) else { return false };
+            let _ = connection.write_all(b"GET /through-the-tenant HTTP/1.1\r\nhost: echo\r\n\r\n");
+            answer.clear();
+            connection.read_to_string(&mut answer).is_ok() && answer.contains("/through-the-tenant")
+        });
+        let echo_pods = items(&tenant_json(&server, "a", dir, &["get", "pods", "-l", "app=echo"]));
+        assert!(echo_pods.iter().any(|p| answer.contains(p["metadata"]["name"].as_str().unwrap())), "{answer}");
+        let answered = echo_pods.iter().find(|p| answer.contains(p["metadata"]["name"].as_str().unwrap())).unwrap();
+        let logs = tenant_ok(&server, "a", dir, &["logs", answered["metadata"]["name"].as_str().unwrap()]);
+        assert!(logs.contains("http-echo") && logs.contains("GET /through-the-tenant"), "{logs}");
+        // A synced pod finds the tenant's Services by their variables (with super addresses) and its API server as
+        // `kubernetes`.
+        tenant_ok(
+            &server,
+            "a",
+            dir,
+            &[
+                "run",
+                "env-check",
+                "--image=ghcr.io/nest-dev/nest:latest",
+                "--restart=Never",
+                "--",
+                "debug",
+                "cat",
+                "--env",
+                "ECHO_SERVICE_HOST",
+                "--env",
+                "KUBERNETES_SERVICE_HOST",
+            ],
+        );
+        let api_host =
+            server.json(&["get", "ncp", "a"])["spec"]["controlPlaneEndpoint"]["host"].as_str().unwrap().to_string();
+        eventually(60, "the variables in the synced pod", || {
+            let out = tenant(&server, "a", dir, &["logs", "env-check"]);
+            let logs = String::from_utf8_lossy(&out.stdout);
+            logs.contains(&format!("$ECHO_SERVICE_HOST={address}"))
+                && logs.contains(&format!("$KUBERNETES_SERVICE_HOST={api_host}"))
+        });
+        // The endpoint serving the logs answers only the tenant's API server.
+        let node = &tenant_json(&server, "a", dir, &["get", "node", "host"])["status"];
+        let port = node["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64().unwrap();
+        let refused = std::process::Command::new("curl")
+            .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("https://127.0.0.1:{port}/containerLogs/default/x/y"))
+            .output()
+            .unwrap();
+        assert_ne!(String::from_utf8_lossy(&refused.stdout), "200", "the kubelet endpoint answered a stranger");
     });
-    let mut address = String::new();
-    eventually(30, "the tenant Service's super address", || {
-        let service = tenant_json(&server, "a", dir, &["get", "service", "echo"]);
-        address = service["metadata"]["annotations"]["tenancy.nest.dev/super-cluster-ip"].as_str().unwrap_or("").into();
-        !address.is_empty() && service["spec"]["externalIPs"][0] == address.as_str()
-    });
-    let mut answer = String::new();
-    eventually(30, "the Service answering", || {
-        let Ok(mut connection) = std::net::TcpStream::connect((address.as_str(), 80)) else { return false };
-        let _ = connection.write_all(b"GET /through-the-tenant HTTP/1.1\r\nhost: echo\r\n\r\n");
-        answer.clear();
-        connection.read_to_string(&mut answer).is_ok() && answer.contains("/through-the-tenant")
-    });
-    let echo_pods = items(&tenant_json(&server, "a", dir, &["get", "pods", "-l", "app=echo"]));
-    assert!(echo_pods.iter().any(|p| answer.contains(p["metadata"]["name"].as_str().unwrap())), "{answer}");
-    let answered = echo_pods.iter().find(|p| answer.contains(p["metadata"]["name"].as_str().unwrap())).unwrap();
-    let logs = tenant_ok(&server, "a", dir, &["logs", answered["metadata"]["name"].as_str().unwrap()]);
-    assert!(logs.contains("http-echo") && logs.contains("GET /through-the-tenant"), "{logs}");
-    // A synced pod finds the tenant's Services by their variables (with super addresses) and its API server as
-    // `kubernetes`.
-    tenant_ok(
-        &server,
-        "a",
-        dir,
-        &[
-            "run",
-            "env-check",
-            "--image=ghcr.io/nest-dev/nest:latest",
-            "--restart=Never",
-            "--",
-            "debug",
-            "cat",
-            "--env",
-            "ECHO_SERVICE_HOST",
-            "--env",
-            "KUBERNETES_SERVICE_HOST",
-        ],
-    );
-    let api_host =
-        server.json(&["get", "ncp", "a"])["spec"]["controlPlaneEndpoint"]["host"].as_str().unwrap().to_string();
-    eventually(60, "the variables in the synced pod", || {
-        let out = tenant(&server, "a", dir, &["logs", "env-check"]);
-        let logs = String::from_utf8_lossy(&out.stdout);
-        logs.contains(&format!("$ECHO_SERVICE_HOST={address}"))
-            && logs.contains(&format!("$KUBERNETES_SERVICE_HOST={api_host}"))
-    });
-    // The endpoint serving the logs answers only the tenant's API server.
-    let node = &tenant_json(&server, "a", dir, &["get", "node", "host"])["status"];
-    let port = node["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64().unwrap();
-    let refused = std::process::Command::new("curl")
-        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
-        .arg(format!("https://127.0.0.1:{port}/containerLogs/default/x/y"))
-        .output()
-        .unwrap();
-    assert_ne!(String::from_utf8_lossy(&refused.stdout), "200", "the kubelet endpoint answered a stranger");
 
+    cases.case("accounts, Endpoints, shared classes and claims go down and come up", || {
     // What else goes down and comes up: accounts, the Endpoints of a Service without a selector, Events, the classes
     // the super cluster shares, and a custom resource (the worked example of the README's "Tenant clusters").
     tenant_ok(&server, "a", dir, &["create", "serviceaccount", "builder"]);
@@ -368,101 +377,108 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     eventually(30, "the tenant's copy of the volume gone with the claim", || {
         !tenant(&server, "a", dir, &["get", "pv", "pv-a-data"]).status.success()
     });
-
-    // A refusal by the super cluster is told to the tenant as an Event on the object, and the object is synced once
-    // the super cluster takes it: here, a namespace held in Terminating by a finalizer refuses new content.
-    tenant_ok(&server, "a", dir, &["create", "namespace", "frozen"]);
-    let mut frozen = None;
-    eventually(30, "the frozen namespace synced", || {
-        frozen = super_namespace(&server, "a", "frozen");
-        frozen.is_some()
-    });
-    let frozen = frozen.unwrap();
-    server.ok(&[
-        "patch",
-        "namespace",
-        &frozen,
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
-    ]);
-    server.ok(&["delete", "namespace", &frozen, "--wait=false"]);
-    tenant_ok(&server, "a", dir, &["create", "configmap", "settings", "-n", "frozen", "--from-literal=k=v"]);
-    eventually(30, "a SyncFailed Event on the tenant's ConfigMap", || {
-        let events = items(&tenant_json(&server, "a", dir, &["get", "events", "-n", "frozen"]));
-        events.iter().any(|e| {
-            e["reason"] == "SyncFailed"
-                && e["type"] == "Warning"
-                && e["involvedObject"]["name"] == "settings"
-                && e["message"].as_str().is_some_and(|m| m.contains("being terminated"))
-        })
-    });
-    server.ok(&["patch", "namespace", &frozen, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
-    eventually(60, "the ConfigMap synced once the super cluster takes it", || {
-        server.kubectl(&["get", "configmap", "settings", "-n", &frozen]).status.success()
     });
 
-    // Issue 18: every super namespace enforces the tenant's Pod Security level (here baseline, as `nest cluster
-    // create --pod-security` asked; see pod_security_is_the_platform_admins_choice_per_tenant), and a namespace of
-    // the name the syncer would use, made by someone else, is never used: the tenant is told, and nothing of it lands
-    // there.
-    let labels = server.json(&["get", "namespace", &a_default])["metadata"]["labels"].clone();
-    for mode in ["enforce", "audit", "warn"] {
-        assert_eq!(labels[format!("pod-security.kubernetes.io/{mode}")], "baseline", "{labels}");
-    }
-    let squatted = format!("{}-squat", labels["tenancy.nest.dev/cluster"].as_str().unwrap());
-    server.ok(&["create", "namespace", &squatted]);
-    tenant_ok(&server, "a", dir, &["create", "namespace", "squat"]);
-    tenant_ok(&server, "a", dir, &["create", "configmap", "planted", "-n", "squat", "--from-literal=k=v"]);
-    eventually(30, "a SyncFailed Event naming the squatted namespace", || {
-        let events = items(&tenant_json(&server, "a", dir, &["get", "events", "-n", "squat"]));
-        events.iter().any(|e| {
-            e["reason"] == "SyncFailed" && e["message"].as_str().is_some_and(|m| m.contains("is not this tenant's"))
-        })
-    });
-    assert!(!server.kubectl(&["get", "configmap", "planted", "-n", &squatted]).status.success(), "synced into it");
-
-    let events = items(&tenant_json(&server, "a", dir, &["get", "events"]));
-    let scheduled = events.iter().find(|e| e["reason"] == "Scheduled").unwrap_or_else(|| panic!("{events:?}"));
-    assert_eq!(scheduled["involvedObject"]["namespace"], "default");
-    let message = scheduled["message"].as_str().unwrap();
-    assert!(message.contains("default/") && !message.contains(&a_default), "{message}");
-    for tenant_name in ["a", "b"] {
-        eventually(30, "the shared StorageClass in each tenant", || {
-            tenant(&server, tenant_name, dir, &["get", "storageclass", "shared-fast"]).status.success()
+    cases.case("a refusal is told to the tenant, and the object synced once taken", || {
+        // A refusal by the super cluster is told to the tenant as an Event on the object, and the object is synced once
+        // the super cluster takes it: here, a namespace held in Terminating by a finalizer refuses new content.
+        tenant_ok(&server, "a", dir, &["create", "namespace", "frozen"]);
+        let mut frozen = None;
+        eventually(30, "the frozen namespace synced", || {
+            frozen = super_namespace(&server, "a", "frozen");
+            frozen.is_some()
         });
-    }
-    server.ok(&["label", "storageclass", "shared-fast", "tenancy.nest.dev/public-"]);
-    eventually(30, "the StorageClass no longer shared", || {
-        !tenant(&server, "a", dir, &["get", "storageclass", "shared-fast"]).status.success()
-    });
-    eventually(60, "the Widget CRD in the tenant", || {
-        tenant(&server, "a", dir, &["get", "crd", "widgets.example.com"]).status.success()
-    });
-    let widget = dir.join("widget.yaml");
-    std::fs::write(&widget, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n")
-        .unwrap();
-    eventually(30, "the tenant serving Widgets", || {
-        tenant(&server, "a", dir, &["create", "-f", widget.to_str().unwrap()]).status.success()
-    });
-    eventually(60, "the Widget in the super cluster", || {
-        server.kubectl(&["get", "widget", "w1", "-n", &a_default]).status.success()
-    });
-    assert_eq!(server.json(&["get", "widget", "w1", "-n", &a_default])["spec"]["size"], 3);
-    let status = r#"{"status":{"phase":"Built"}}"#;
-    server.ok(&["patch", "widget", "w1", "-n", &a_default, "--subresource=status", "--type=merge", "-p", status]);
-    eventually(30, "the Widget's status in the tenant", || {
-        tenant_json(&server, "a", dir, &["get", "widget", "w1"])["status"]["phase"] == "Built"
+        let frozen = frozen.unwrap();
+        server.ok(&[
+            "patch",
+            "namespace",
+            &frozen,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+        ]);
+        server.ok(&["delete", "namespace", &frozen, "--wait=false"]);
+        tenant_ok(&server, "a", dir, &["create", "configmap", "settings", "-n", "frozen", "--from-literal=k=v"]);
+        eventually(30, "a SyncFailed Event on the tenant's ConfigMap", || {
+            let events = items(&tenant_json(&server, "a", dir, &["get", "events", "-n", "frozen"]));
+            events.iter().any(|e| {
+                e["reason"] == "SyncFailed"
+                    && e["type"] == "Warning"
+                    && e["involvedObject"]["name"] == "settings"
+                    && e["message"].as_str().is_some_and(|m| m.contains("being terminated"))
+            })
+        });
+        server.ok(&["patch", "namespace", &frozen, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+        eventually(60, "the ConfigMap synced once the super cluster takes it", || {
+            server.kubectl(&["get", "configmap", "settings", "-n", &frozen]).status.success()
+        });
     });
 
-    // The counters.
-    let address = syncer
-        .log()
-        .lines()
-        .find_map(|l| l.split("metrics at http://").nth(1).map(|a| a.trim_end_matches("/metrics").to_string()));
-    let text = metrics(&address.expect("the syncer printed its metrics address"));
-    assert!(text.contains("nest_syncer_operations_total{kind=\"pods\",direction=\"down\"}"), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("nest_syncer_tenant_healthy{") && l.ends_with(" 1")), "{text}");
+    cases.case("Pod Security, squatted namespaces, Events and custom resources", || {
+        // Issue 18: every super namespace enforces the tenant's Pod Security level (here baseline, as `nest cluster
+        // create --pod-security` asked; see pod_security_is_the_platform_admins_choice_per_tenant), and a namespace of
+        // the name the syncer would use, made by someone else, is never used: the tenant is told, and nothing of it lands
+        // there.
+        let labels = server.json(&["get", "namespace", &a_default])["metadata"]["labels"].clone();
+        for mode in ["enforce", "audit", "warn"] {
+            assert_eq!(labels[format!("pod-security.kubernetes.io/{mode}")], "baseline", "{labels}");
+        }
+        let squatted = format!("{}-squat", labels["tenancy.nest.dev/cluster"].as_str().unwrap());
+        server.ok(&["create", "namespace", &squatted]);
+        tenant_ok(&server, "a", dir, &["create", "namespace", "squat"]);
+        tenant_ok(&server, "a", dir, &["create", "configmap", "planted", "-n", "squat", "--from-literal=k=v"]);
+        eventually(30, "a SyncFailed Event naming the squatted namespace", || {
+            let events = items(&tenant_json(&server, "a", dir, &["get", "events", "-n", "squat"]));
+            events.iter().any(|e| {
+                e["reason"] == "SyncFailed" && e["message"].as_str().is_some_and(|m| m.contains("is not this tenant's"))
+            })
+        });
+        assert!(!server.kubectl(&["get", "configmap", "planted", "-n", &squatted]).status.success(), "synced into it");
+
+        let events = items(&tenant_json(&server, "a", dir, &["get", "events"]));
+        let scheduled = events.iter().find(|e| e["reason"] == "Scheduled").unwrap_or_else(|| panic!("{events:?}"));
+        assert_eq!(scheduled["involvedObject"]["namespace"], "default");
+        let message = scheduled["message"].as_str().unwrap();
+        assert!(message.contains("default/") && !message.contains(&a_default), "{message}");
+        for tenant_name in ["a", "b"] {
+            eventually(30, "the shared StorageClass in each tenant", || {
+                tenant(&server, tenant_name, dir, &["get", "storageclass", "shared-fast"]).status.success()
+            });
+        }
+        server.ok(&["label", "storageclass", "shared-fast", "tenancy.nest.dev/public-"]);
+        eventually(30, "the StorageClass no longer shared", || {
+            !tenant(&server, "a", dir, &["get", "storageclass", "shared-fast"]).status.success()
+        });
+        eventually(60, "the Widget CRD in the tenant", || {
+            tenant(&server, "a", dir, &["get", "crd", "widgets.example.com"]).status.success()
+        });
+        let widget = dir.join("widget.yaml");
+        std::fs::write(&widget, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n")
+            .unwrap();
+        eventually(30, "the tenant serving Widgets", || {
+            tenant(&server, "a", dir, &["create", "-f", widget.to_str().unwrap()]).status.success()
+        });
+        eventually(60, "the Widget in the super cluster", || {
+            server.kubectl(&["get", "widget", "w1", "-n", &a_default]).status.success()
+        });
+        assert_eq!(server.json(&["get", "widget", "w1", "-n", &a_default])["spec"]["size"], 3);
+        let status = r#"{"status":{"phase":"Built"}}"#;
+        server.ok(&["patch", "widget", "w1", "-n", &a_default, "--subresource=status", "--type=merge", "-p", status]);
+        eventually(30, "the Widget's status in the tenant", || {
+            tenant_json(&server, "a", dir, &["get", "widget", "w1"])["status"]["phase"] == "Built"
+        });
+    });
+
+    cases.case("the counters", || {
+        // The counters.
+        let address = syncer
+            .log()
+            .lines()
+            .find_map(|l| l.split("metrics at http://").nth(1).map(|a| a.trim_end_matches("/metrics").to_string()));
+        let text = metrics(&address.expect("the syncer printed its metrics address"));
+        assert!(text.contains("nest_syncer_operations_total{kind=\"pods\",direction=\"down\"}"), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("nest_syncer_tenant_healthy{") && l.ends_with(" 1")), "{text}");
+    });
 
     // A tenant pod deleted while the syncer is away: after it is back, the super pod is gone too.
     syncer.kill();
@@ -507,6 +523,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     eventually(60, "b syncing again", || {
         running_on(&items(&tenant_json(&server, "b", dir, &["get", "pods"])), "host") == 2
     });
+    cases.finish();
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {

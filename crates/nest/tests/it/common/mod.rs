@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use nest_testkit::{KUBECTL, Kubectl, RESTRICTED_POD, Storage, eventually, keep_if_panic};
+pub use nest_testkit::{Cases, KUBECTL, Kubectl, RESTRICTED_POD, Storage, eventually, keep_if_panic};
 
 /// A running `nest apiserver` and a kubectl pointed at it.
 pub struct Server {
