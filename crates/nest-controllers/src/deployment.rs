@@ -273,7 +273,7 @@ async fn reconcile(
             old.iter().filter(|s| replicas_of(s) == 0 && s.status.as_ref().map_or(0, |st| st.replicas) == 0).collect();
         empty.sort_by_key(|s| revision_of(s));
         for set in empty.iter().take(empty.len().saturating_sub(limit)) {
-            expectations.expect_change(&uid, set);
+            expectations.expect_deletion(&uid, set);
             let deleted = sets_api.delete(&set.name_any(), &DeleteParams::background()).await;
             expectations.answered(&uid, set, &deleted, |a| a.as_ref().left().and_then(version_of));
         }

@@ -16,8 +16,11 @@ const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
 /// What a controller wrote for each owner that its cache of kind `K` does not show yet, as upstream's
 /// `ControllerExpectations`: a ReplicaSet that has just created pods must not count them missing and create them
 /// again, nor count a pod it has just deleted. Creations are counted before they are asked for (their names are the
-/// server's) and met by the watch's `Added` changes of the owner's children; changes and deletions are met once the
-/// cache holds another version of the object, or none. While an owner's are unmet its controller only waits.
+/// server's) and met by the watch's `Added` changes of the owner's children; a deletion is met once the cache holds
+/// the object no more or holds it being deleted (upstream's `DeletionObserved`: a newer version alone, such as a
+/// kubelet's status write that came first, does not do, or the controller would count the pod still there and delete
+/// another); a change is met once the cache holds another version of the object, or none. While an owner's are unmet
+/// its controller only waits.
 pub(crate) struct Expectations<K: Kind> {
     store: Store<K>,
     pending: Arc<Mutex<HashMap<String, Pending<K>>>>,
@@ -33,8 +36,15 @@ impl<K: Kind> Clone for Expectations<K> {
 struct Pending<K: Kind> {
     since: Instant,
     creations: usize,
-    /// Objects changed or deleted, with the version read before.
-    changes: Vec<(ObjectRef<K>, Option<String>)>,
+    /// Objects changed or deleted, with the version read before and which of the two was asked for.
+    changes: Vec<(ObjectRef<K>, Option<String>, Write)>,
+}
+
+/// What was asked of an object an owner expects to see in its cache.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Write {
+    Change,
+    Deletion,
 }
 
 impl<K: Kind> Expectations<K> {
@@ -67,10 +77,19 @@ impl<K: Kind> Expectations<K> {
         self.with(owner, |p| p.creations = p.creations.saturating_sub(1));
     }
 
-    /// `owner` is about to change or delete `object`, as the cache holds it.
+    /// `owner` is about to change `object`, as the cache holds it.
     pub(crate) fn expect_change(&self, owner: &str, object: &K) {
+        self.expect(owner, object, Write::Change);
+    }
+
+    /// `owner` is about to delete `object`, as the cache holds it.
+    pub(crate) fn expect_deletion(&self, owner: &str, object: &K) {
+        self.expect(owner, object, Write::Deletion);
+    }
+
+    fn expect(&self, owner: &str, object: &K, write: Write) {
         let read = object.resource_version();
-        self.with(owner, |p| p.changes.push((ObjectRef::from_obj(object), read)));
+        self.with(owner, |p| p.changes.push((ObjectRef::from_obj(object), read, write)));
     }
 
     /// Takes the server's answer to a change of `object` that `owner` expects (`version` reads the version of the
@@ -88,7 +107,7 @@ impl<K: Kind> Expectations<K> {
         if void {
             let reference = ObjectRef::from_obj(object);
             self.with(owner, |p| {
-                if let Some(at) = p.changes.iter().position(|(r, _)| *r == reference) {
+                if let Some(at) = p.changes.iter().position(|(r, _, _)| *r == reference) {
                     p.changes.remove(at);
                 }
             });
@@ -123,8 +142,11 @@ impl<K: Kind> Expectations<K> {
     pub(crate) fn satisfied(&self, owner: &str) -> bool {
         let mut pending = lock(&self.pending);
         let Some(entry) = pending.get_mut(owner) else { return true };
-        entry.changes.retain(|(reference, read)| {
-            self.store.get(reference).is_some_and(|cached| cached.resource_version() == *read)
+        entry.changes.retain(|(reference, read, write)| {
+            self.store.get(reference).is_some_and(|cached| match write {
+                Write::Change => cached.resource_version() == *read,
+                Write::Deletion => cached.meta().deletion_timestamp.is_none(),
+            })
         });
         let met = entry.creations == 0 && entry.changes.is_empty();
         if met || entry.since.elapsed() > EXPECTATIONS_TIMEOUT {
@@ -189,6 +211,31 @@ mod tests {
         assert!(expectations.satisfied("rs"));
         expectations.expect_change("rs", &new);
         expectations.answered("rs", &new, &Ok((*new).clone()), version);
+        assert!(expectations.satisfied("rs"));
+    }
+
+    #[tokio::test]
+    async fn a_deletion_is_met_by_the_object_being_deleted_or_gone_not_by_a_newer_version() {
+        let informer = informer();
+        list(&informer, vec![pod("p", "1", "10", Some("rs"))]);
+        let expectations = Expectations::new(&informer);
+        let p = informer.store().state()[0].clone();
+        expectations.expect_deletion("rs", &p);
+        // The kubelet's status write lands before the deletion: the pod is still there, not being deleted.
+        informer.apply(watcher::Event::Apply(pod("p", "1", "11", Some("rs"))));
+        assert!(!expectations.satisfied("rs"), "a newer version of a pod not being deleted");
+        // The deletion lands: the pod is being deleted (grace period), then gone.
+        let mut deleting = pod("p", "1", "12", Some("rs"));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+        informer.apply(watcher::Event::Apply(deleting));
+        assert!(expectations.satisfied("rs"));
+
+        list(&informer, vec![pod("q", "2", "20", Some("rs"))]);
+        let q = informer.store().state()[0].clone();
+        expectations.expect_deletion("rs", &q);
+        assert!(!expectations.satisfied("rs"));
+        informer.apply(watcher::Event::Delete(pod("q", "2", "21", Some("rs"))));
         assert!(expectations.satisfied("rs"));
     }
 }

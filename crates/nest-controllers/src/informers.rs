@@ -10,7 +10,7 @@
 //! Controllers run on them through [`crate::reconciling`], and keep what they wrote and the cache does not show yet
 //! in [`crate::expectations`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures_util::future::BoxFuture;
@@ -248,6 +248,9 @@ pub(crate) struct Informers {
     pub jobs: Informer<Job>,
     pub claims: Informer<PersistentVolumeClaim>,
     pub volumes: Informer<PersistentVolume>,
+    /// Each controller's expectations, by its name: they outlive a restart of the controller (after a panic in a
+    /// reconcile), as the caches do, so that a restarted controller does not count missing what it has just created.
+    expectations: Arc<Mutex<HashMap<&'static str, Box<dyn std::any::Any + Send + Sync>>>>,
 }
 
 /// A part of the controller-manager: its name and how to start it (again, after a panic).
@@ -279,6 +282,26 @@ impl Informers {
             jobs: all(client),
             claims: all(client),
             volumes: all(client),
+            expectations: Arc::default(),
+        }
+    }
+
+    /// The expectations of `controller`, whose children are `children`'s: the same each time it is asked.
+    pub(crate) fn expectations<Child: Kind>(
+        &self,
+        controller: &'static str,
+        children: &Informer<Child>,
+    ) -> crate::expectations::Expectations<Child> {
+        let mut all = lock(&self.expectations);
+        let kept = all.entry(controller).or_insert_with(|| Box::new(crate::expectations::Expectations::new(children)));
+        match kept.downcast_ref::<crate::expectations::Expectations<Child>>() {
+            Some(kept) => kept.clone(),
+            // A controller's children are always of one kind; were they not, the new kind's are its own.
+            None => {
+                let fresh = crate::expectations::Expectations::new(children);
+                *kept = Box::new(fresh.clone());
+                fresh
+            }
         }
     }
 

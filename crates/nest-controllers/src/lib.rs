@@ -118,7 +118,7 @@ pub(crate) async fn run_owning<K, Child, F, Fut>(
         tracing::debug!(%error, controller, "reconcile failed; retrying");
         Action::requeue(std::time::Duration::from_secs(1))
     };
-    let expectations = expectations::Expectations::new(children);
+    let expectations = caches.expectations(controller, children);
     let mut reconciling = reconciling::Reconciling::new(primary).owns(children, &expectations);
     for synced in reads {
         reconciling = reconciling.after(synced);

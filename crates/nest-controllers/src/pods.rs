@@ -50,7 +50,7 @@ pub(crate) async fn delete<O: Resource<DynamicType = ()>>(
     done: fn(kube::Result<()>) -> kube::Result<bool>,
 ) -> kube::Result<bool> {
     let uid = owner.uid().unwrap_or_default();
-    context.expectations.expect_change(&uid, pod);
+    context.expectations.expect_deletion(&uid, pod);
     let answer = api.delete(&pod.name_any(), params).await;
     context.expectations.answered(&uid, pod, &answer, |a| a.as_ref().left().and_then(version_of));
     let deleted = done(answer.map(drop))?;

@@ -297,7 +297,7 @@ impl Pass<'_> {
     }
 
     async fn delete(&self, pod: &Pod) -> Result<(), kube::Error> {
-        self.expectations.expect_change(&self.uid, pod);
+        self.expectations.expect_deletion(&self.uid, pod);
         let deleted = self.pods.delete(&pod.name_any(), &DeleteParams::default()).await;
         self.expectations.answered(&self.uid, pod, &deleted, |a| a.as_ref().left().and_then(version_of));
         match deleted {
