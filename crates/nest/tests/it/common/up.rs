@@ -15,8 +15,19 @@ pub struct Up(Option<Child>, #[allow(dead_code)] std::fs::File, std::path::PathB
 /// is part of.
 pub const MACHINE_LOCK: &str = "/tmp/nest-up-tests.lock";
 
-/// Waits for [`MACHINE_LOCK`]; it is released when the returned file is dropped (or the process ends).
+/// Set by `scripts/check` to [`OTHER_LANE`] in the lane that runs every test not under `nest_up::`.
+pub const LANE: &str = "NEST_E2E_LANE";
+/// The value of [`LANE`] in the lane that must not start `nest up`.
+pub const OTHER_LANE: &str = "without-nest-up";
+
+/// Waits for [`MACHINE_LOCK`]; it is released when the returned file is dropped (or the process ends). A test outside
+/// `nest_up::` that gets here in `scripts/check`'s other lane fails: there it would hold one of that lane's threads
+/// while it waits for the lock, and run beside nothing.
 pub fn machine_lock() -> std::fs::File {
+    assert!(
+        std::env::var(LANE).as_deref() != Ok(OTHER_LANE),
+        "this test starts nest up: move it under crates/nest/tests/it/nest_up/, the lane that runs them one at a time"
+    );
     use std::os::fd::AsRawFd as _;
     let file = std::fs::OpenOptions::new().create(true).append(true).open(MACHINE_LOCK).unwrap();
     // SAFETY: flock on a descriptor this function owns; it blocks until the lock is ours.
