@@ -60,6 +60,10 @@ pub const PIDS_LIMIT: i64 = 4096;
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Where bundles live: a root-owned directory whose path every container's root may walk.
 const BUNDLES: &str = "/run/nest/sandboxes";
+/// Where the node's binary's loader and libraries are copied, per node ([`InitLibraries`]).
+const INIT_LIBRARIES: &str = "/run/nest/init-libraries";
+/// Where they are mounted in a container of an image.
+const INIT_LIBRARIES_PATH: &str = "/.nest/lib";
 
 /// The capabilities Pod Security "baseline" lets a container keep or add, and what a container gets unless it drops
 /// them.
@@ -149,6 +153,9 @@ pub struct Sandboxes {
     tenants: Tenants,
     /// The node's own binary, mounted as every container's init.
     init: PathBuf,
+    /// The loader and shared libraries the node's binary runs with, for containers of images, whose own may lack
+    /// them (a static busybox has none): `None` when the binary needs none.
+    init_libraries: Option<InitLibraries>,
     /// The allowlisted executables, mounted into every container (so exec probes can run them too).
     programs: Vec<PathBuf>,
     users: Mutex<Users>,
@@ -248,6 +255,7 @@ impl Sandboxes {
             tenants: Tenants::new(&cgroups, Hierarchy::discover(), share),
             cgroups,
             init: init.to_path_buf(),
+            init_libraries: InitLibraries::copy(&Path::new(INIT_LIBRARIES).join(&tag)),
             programs,
             users: Mutex::new(Users::load(data_dir.join("users"))),
         };
@@ -292,6 +300,9 @@ impl Sandboxes {
         }
         super::layer::unmount_beneath(&self.bundles);
         let _ = std::fs::remove_dir(&self.bundles);
+        if let Some(libraries) = &self.init_libraries {
+            let _ = std::fs::remove_dir_all(&libraries.dir);
+        }
         self.tenants.remove_all();
         for hierarchy in cgroup_hierarchies() {
             let _ = std::fs::remove_dir(hierarchy.join(&self.cgroups));
@@ -384,6 +395,9 @@ impl Sandboxes {
             Some(image) => {
                 let mut mounts = image_filesystem(&bundle, pod_ip, &hostname)?;
                 mounts.push(bind(&self.init, Path::new(INIT_PATH), true)?);
+                if let Some(libraries) = &self.init_libraries {
+                    mounts.push(bind(&libraries.dir, Path::new(INIT_LIBRARIES_PATH), true)?);
+                }
                 layer = Some(WritableLayer {
                     lower: image.rootfs.clone(),
                     dir: image.layer.clone(),
@@ -416,7 +430,11 @@ impl Sandboxes {
         if !launch.env.iter().any(|(k, _)| k == "PATH") {
             env.push(format!("PATH={DEFAULT_PATH}"));
         }
-        let mut args = vec![INIT_PATH.to_string(), program.display().to_string()];
+        let mut args = match (&launch.image, &self.init_libraries) {
+            (Some(_), Some(libraries)) => libraries.command(),
+            _ => Vec::new(),
+        };
+        args.extend([INIT_PATH.to_string(), program.display().to_string()]);
         args.extend(launch.args.iter().cloned());
         let cwd = launch.working_dir.clone().unwrap_or_else(|| "/".into());
         let cgroup = placement.cgroup.join(name);
@@ -608,6 +626,68 @@ impl Sandboxed {
         run.args(["exec", &self.id]).args(args);
         run
     }
+}
+
+/// The dynamic loader and shared libraries the node's binary runs with, copied into a directory every container may
+/// read: the init of a container of an image ([`INIT_PATH`]) runs through them (`/.nest/lib/<loader> --library-path
+/// /.nest/lib /.nest/init …`), since the image's own libraries may be others or none. The program the init starts
+/// runs with the image's own loader and libraries, as the image expects.
+#[derive(Debug)]
+struct InitLibraries {
+    dir: PathBuf,
+    /// The loader's file name (`ld-linux-x86-64.so.2`).
+    loader: String,
+}
+
+impl InitLibraries {
+    /// Copies the loader and the libraries this process has mapped (`/proc/self/maps`) into `dir`; `None` for a
+    /// binary without a loader (static), or when copying fails (the init then runs directly, as before).
+    fn copy(dir: &Path) -> Option<InitLibraries> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let libraries = shared_objects(&maps);
+        let loader = libraries.iter().find_map(|path| {
+            let name = path.file_name()?.to_str()?;
+            name.starts_with("ld-").then(|| name.to_string())
+        })?;
+        let copied = || -> std::io::Result<()> {
+            let _ = std::fs::remove_dir_all(dir);
+            create_dir(dir.parent().unwrap_or(dir), 0o711)?;
+            create_dir(dir, 0o755)?;
+            for library in &libraries {
+                let Some(name) = library.file_name() else { continue };
+                std::fs::copy(library, dir.join(name))?;
+                std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755))?;
+            }
+            Ok(())
+        };
+        match copied() {
+            Ok(()) => Some(InitLibraries { dir: dir.to_path_buf(), loader }),
+            Err(error) => {
+                tracing::warn!(%error, dir = %dir.display(), "copying the init's libraries; images without them fail");
+                None
+            }
+        }
+    }
+
+    /// The words before the init's own: its loader, told where the libraries are.
+    fn command(&self) -> Vec<String> {
+        vec![format!("{INIT_LIBRARIES_PATH}/{}", self.loader), "--library-path".into(), INIT_LIBRARIES_PATH.into()]
+    }
+}
+
+/// The shared objects (`*.so`, `*.so.N`) a `/proc/<pid>/maps` text names, each once.
+fn shared_objects(maps: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    for line in maps.lines() {
+        let Some(path) = line.split_whitespace().nth(5).filter(|p| p.starts_with('/')) else { continue };
+        let path = PathBuf::from(path);
+        let shared =
+            path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".so") || n.contains(".so."));
+        if shared && !found.contains(&path) {
+            found.push(path);
+        }
+    }
+    found
 }
 
 /// The roots of the cgroup hierarchies the runtime makes a container's cgroup in: each v1 hierarchy, or the one v2
@@ -1121,6 +1201,24 @@ mod tests {
         assert!(std::fs::read_to_string(bundle.path().join("etc/hosts")).unwrap().contains("10.0.0.2\tweb"));
         let host = kernel_filesystems(true).unwrap();
         assert!(host.iter().any(|m| m.destination() == Path::new("/tmp")), "a host executable's /tmp is memory");
+    }
+
+    #[test]
+    fn the_inits_loader_and_libraries_are_found_in_its_maps() {
+        let maps = "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 1 /usr/local/bin/nest
+7f01-7f02 r--p 00000000 fe:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f02-7f03 r-xp 00001000 fe:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f03-7f04 r--p 00000000 fe:01 3 /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
+7f04-7f05 rw-p 00000000 00:00 0
+7f05-7f06 r--p 00000000 fe:01 4 /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2
+7ffc-7ffd r-xp 00000000 00:00 0                          [vdso]
+";
+        let found = shared_objects(maps);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[2].ends_with("ld-linux-x86-64.so.2"));
+        let libraries = InitLibraries { dir: "/run/x".into(), loader: "ld-linux-x86-64.so.2".into() };
+        assert_eq!(libraries.command(), ["/.nest/lib/ld-linux-x86-64.so.2", "--library-path", "/.nest/lib"]);
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod node_authorizer;
 mod processes;
 mod python_client;
 mod quick_start;
+mod rootfs;
 mod sandbox;
 mod syncer;
 mod tenant_policy;
