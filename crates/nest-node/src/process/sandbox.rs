@@ -628,6 +628,13 @@ impl Sandboxed {
     }
 }
 
+/// Whether a process's command line (`/proc/<pid>/cmdline`, its NULs made spaces) is a container's init: the node's
+/// binary as `/.nest/init PROGRAM…`, or run through its loader as `/.nest/lib/<loader> … /.nest/init PROGRAM…` (a
+/// container of an image).
+pub fn runs_init(command_line: &str) -> bool {
+    command_line.starts_with(&format!("{INIT_PATH} ")) || command_line.starts_with(&format!("{INIT_LIBRARIES_PATH}/"))
+}
+
 /// The dynamic loader and shared libraries the node's binary runs with, copied into a directory every container may
 /// read: the init of a container of an image ([`INIT_PATH`]) runs through them (`/.nest/lib/<loader> --library-path
 /// /.nest/lib /.nest/init …`), since the image's own libraries may be others or none. The program the init starts
@@ -1219,6 +1226,9 @@ mod tests {
         assert!(found[2].ends_with("ld-linux-x86-64.so.2"));
         let libraries = InitLibraries { dir: "/run/x".into(), loader: "ld-linux-x86-64.so.2".into() };
         assert_eq!(libraries.command(), ["/.nest/lib/ld-linux-x86-64.so.2", "--library-path", "/.nest/lib"]);
+        let through_loader = format!("{} {INIT_PATH} /usr/sbin/nginx -g daemon off;", libraries.command().join(" "));
+        assert!(runs_init(&through_loader) && runs_init("/.nest/init /usr/bin/python3 app.py"));
+        assert!(!runs_init("/usr/sbin/nginx -g daemon off;") && !runs_init("/.nest/initial"));
     }
 
     #[test]
