@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::registry::{registry, test_images};
-use crate::common::up::{demo_tenant, kubectl, stop, up_with};
+use crate::common::up::{demo_tenant, kubectl, processes_with, stop, up_with};
 use crate::common::{Cases, eventually};
 
 fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
@@ -80,6 +80,15 @@ spec:
   - name: sh
     image: "{busybox}"
     command: [sh, -c, "echo x > /tmp/f && cat /tmp/f && sleep 3600"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: again}}
+spec:
+  containers:
+  - name: sh
+    image: "{busybox}"
+    command: [sh, -c, "if [ -e /marker ]; then echo stale; else echo fresh; fi; touch /marker; sleep 1; exit 1"]
 "#
     );
     let file = cache.path().join("pods.yaml");
@@ -115,6 +124,16 @@ spec:
         for image in unpacked {
             assert!(!image.path().join("run/nginx.pid").exists(), "the container wrote into its image");
         }
+        // Its master runs as the container's root and its workers as www-data (33), with baseline's capabilities.
+        let users: Vec<u32> = processes_with("nginx: worker process")
+            .iter()
+            .filter_map(|pid| {
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?;
+                uid.parse::<u32>().ok()
+            })
+            .collect();
+        assert!(!users.is_empty() && users.iter().all(|uid| uid % 65536 == 33), "nginx workers' users: {users:?}");
         // Its access log is its standard output, as the official image's.
         eventually(30, "the request in nginx's log", || {
             let logs = kubectl(&admin, cache.path(), &["logs", "web"]);
@@ -153,6 +172,19 @@ spec:
         });
         let scratch = pod("scratch");
         assert!(layer_of(&scratch, "sh").join("upper/tmp/f").is_file(), "/tmp/f is not in scratch's writable layer");
+    });
+    cases.case("a restarted container starts from its image again, not from what the last run wrote", || {
+        let restarts = || pod("again")["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0);
+        eventually(120, "again restarted twice", || restarts() >= 2);
+        for previous in [false, true] {
+            let mut args = vec!["logs", "again"];
+            if previous {
+                args.push("--previous");
+            }
+            let logs = kubectl(&admin, cache.path(), &args);
+            let logs = String::from_utf8_lossy(&logs.stdout).into_owned();
+            assert_eq!(logs.trim(), "fresh", "previous: {previous}");
+        }
     });
     cases.case("a tenant filling its writable layer past its ephemeral-storage limit is evicted", || {
         let demo = demo_tenant(data.path(), cache.path());
