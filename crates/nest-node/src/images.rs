@@ -7,7 +7,8 @@
 //!
 //! A container's root filesystem is its image's layers unpacked once per image and namespace user range
 //! ([`Store::rootfs`]), owned by the range's users (a file of the image's user 1000 belongs to host user
-//! `base + 1000`), and mounted read-only. Unpacking keeps every path beneath the root (no absolute paths, no `..`,
+//! `base + 1000`): the read-only lower directory of each container's writable layer ([`crate::process::layer`]).
+//! Unpacking keeps every path beneath the root (no absolute paths, no `..`,
 //! no writing through a link the image made), and applies OCI whiteouts.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,7 +2,8 @@
 //! real processes, one per container, each in a sandbox of its own made by an OCI runtime ([`sandbox`]).
 //!
 //! - **Files.** Everything of pod `<uid>` lives in `<data>/pods/<uid>/`: `volumes/<name>/` (written by
-//!   [`prepare`]), `logs/<container>/<restart>.log` (each line `<RFC 3339 time> <stdout|stderr> <text>`) and
+//!   [`prepare`]), `layers/<container>/` (the writable layer of a container of an image, [`layer`]),
+//!   `logs/<container>/<restart>.log` (each line `<RFC 3339 time> <stdout|stderr> <text>`) and
 //!   `pids/<container>` (the process id and its start time, so a restarted node can find leftovers). Claims live in
 //!   `<data>/claims/<namespace>/<claim>/` and outlive pods.
 //! - **Lifecycle.** A container's process is restarted as `restartPolicy` says, after the kubelet's back-off (the
@@ -16,6 +17,7 @@
 //!   ([`storage`], [`Runtime::enforce_storage`]).
 
 pub mod init;
+pub mod layer;
 pub mod paths;
 pub mod prepare;
 pub mod sandbox;

@@ -85,6 +85,8 @@ pub struct ImageRoot {
     pub user: Option<(u32, Option<u32>)>,
     /// `<registry>/<repository>@<manifest digest>`, as the kubelet reports `imageID`.
     pub id: String,
+    /// Where the container's writable layer over the image lives ([`super::layer::dir`]).
+    pub layer: PathBuf,
 }
 
 /// One of a container's `volumeMounts`: where in the container, from which host directory.
@@ -698,7 +700,12 @@ pub async fn launch(
         working_dir,
         mounts,
         sandbox: None,
-        image: Some(ImageRoot { rootfs, user, id: image.image_id() }),
+        image: Some(ImageRoot {
+            rootfs,
+            user,
+            id: image.image_id(),
+            layer: super::layer::dir(pod_dir, super::paths::name(&container.name, "container name")?),
+        }),
     })
 }
 

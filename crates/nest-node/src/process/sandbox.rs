@@ -8,10 +8,13 @@
 //!   allocated by this node and kept in `<data>/users`: root in a container is an unprivileged user of the host, and
 //!   two namespaces never share a host user. `runAsUser`, `runAsGroup`, `fsGroup` and `supplementalGroups` choose
 //!   the user inside the range.
-//! - **Files.** The root filesystem is read-only: the host's `/usr` (and the `/bin`, `/lib` … links or directories
-//!   beside it), a generated `/etc` (users, hosts, resolver), the node's allowlisted executables at their own paths,
-//!   and nothing else of the host. `/proc`, `/dev`, `/dev/shm` and `/tmp` are the container's own. Volumes are bind
-//!   mounts of the pod's directories (ConfigMap, Secret, downward API and projected volumes always read-only).
+//! - **Files.** A container of an image has its image's layers beneath a writable layer of its own ([`super::layer`]:
+//!   overlayfs, fresh for each run, read-only with `readOnlyRootFilesystem: true`), with the node's `/etc/hosts`,
+//!   `/etc/hostname` and `/etc/resolv.conf` over the image's. A container of an allowlisted host executable has a
+//!   read-only root: the host's `/usr` (and the `/bin`, `/lib` … links or directories beside it), a generated `/etc`
+//!   (users, hosts, resolver), the node's allowlisted executables at their own paths, and nothing else of the host;
+//!   its `/tmp` is memory. `/proc`, `/dev` and `/dev/shm` are every container's own. Volumes are bind mounts of the
+//!   pod's directories (ConfigMap, Secret, downward API and projected volumes always read-only).
 //! - **Privileges.** No capability beyond Pod Security "baseline" (and those only in the container's user namespace),
 //!   `no_new_privs`, a seccomp filter refusing what Kubernetes' `RuntimeDefault` refuses (mounts, namespaces, kernel
 //!   modules, keyrings, BPF, `io_uring`, …), and cgroup limits: `resources.limits` memory and CPU, and at most
@@ -41,6 +44,7 @@ use oci_spec::runtime::{
     SpecBuilder, UserBuilder,
 };
 
+use super::layer::WritableLayer;
 use super::prepare::{Launch, PrepareError};
 use super::tenants::{Hierarchy, Placement, Share, Tenants};
 
@@ -56,6 +60,10 @@ pub const PIDS_LIMIT: i64 = 4096;
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Where bundles live: a root-owned directory whose path every container's root may walk.
 const BUNDLES: &str = "/run/nest/sandboxes";
+/// Where the node's binary's loader and libraries are copied, per node ([`InitLibraries`]).
+const INIT_LIBRARIES: &str = "/run/nest/init-libraries";
+/// Where they are mounted in a container of an image.
+const INIT_LIBRARIES_PATH: &str = "/.nest/lib";
 
 /// The capabilities Pod Security "baseline" lets a container keep or add, and what a container gets unless it drops
 /// them.
@@ -145,6 +153,9 @@ pub struct Sandboxes {
     tenants: Tenants,
     /// The node's own binary, mounted as every container's init.
     init: PathBuf,
+    /// The loader and shared libraries the node's binary runs with, for containers of images, whose own may lack
+    /// them (a static busybox has none): `None` when the binary needs none.
+    init_libraries: Option<InitLibraries>,
     /// The allowlisted executables, mounted into every container (so exec probes can run them too).
     programs: Vec<PathBuf>,
     users: Mutex<Users>,
@@ -206,6 +217,8 @@ pub struct Sandboxed {
     cgroup: PathBuf,
     /// The allowlisted executables: their file name → their path in the container.
     programs: Vec<PathBuf>,
+    /// The writable layer over the image, for a container of an image: mounted at each run, removed after it.
+    layer: Option<WritableLayer>,
 }
 
 impl Sandboxes {
@@ -242,6 +255,7 @@ impl Sandboxes {
             tenants: Tenants::new(&cgroups, Hierarchy::discover(), share),
             cgroups,
             init: init.to_path_buf(),
+            init_libraries: InitLibraries::copy(&Path::new(INIT_LIBRARIES).join(&tag)),
             programs,
             users: Mutex::new(Users::load(data_dir.join("users"))),
         };
@@ -284,7 +298,11 @@ impl Sandboxes {
                 self.remove_pod(&entry.file_name().to_string_lossy());
             }
         }
+        super::layer::unmount_beneath(&self.bundles);
         let _ = std::fs::remove_dir(&self.bundles);
+        if let Some(libraries) = &self.init_libraries {
+            let _ = std::fs::remove_dir_all(&libraries.dir);
+        }
         self.tenants.remove_all();
         for hierarchy in cgroup_hierarchies() {
             let _ = std::fs::remove_dir(hierarchy.join(&self.cgroups));
@@ -294,6 +312,9 @@ impl Sandboxes {
     /// Forgets pod `uid`'s bundles and cgroups (its containers have been deleted when they exited), and its tenant's
     /// directories when it was the tenant's last pod here.
     pub fn remove_pod(&self, uid: &str) {
+        // A writable layer still mounted (its run did not end through `finish`) goes first: deleting through it
+        // would write whiteouts, not free the disk.
+        super::layer::unmount_beneath(&self.bundles.join(uid));
         let _ = std::fs::remove_dir_all(self.bundles.join(uid));
         self.tenants.release(uid);
     }
@@ -362,16 +383,27 @@ impl Sandboxes {
         let capabilities = capabilities(&context)?;
 
         let bundle = self.bundles.join(super::paths::name(&uid, "pod uid")?).join(name);
+        super::layer::unmount_beneath(&bundle);
         let _ = std::fs::remove_dir_all(&bundle);
         create_dir(bundle.parent().unwrap_or(&bundle), 0o711)?;
         create_dir(&bundle, 0o711)?;
         let rootfs = bundle.join("rootfs");
         let hostname = hostname(pod);
         let mut in_container = Vec::new();
+        let mut layer = None;
         let (mut mounts, program) = match &launch.image {
             Some(image) => {
-                let mut mounts = image_filesystem(&rootfs, &image.rootfs, &bundle, base, pod_ip, &hostname)?;
+                let mut mounts = image_filesystem(&bundle, pod_ip, &hostname)?;
                 mounts.push(bind(&self.init, Path::new(INIT_PATH), true)?);
+                if let Some(libraries) = &self.init_libraries {
+                    mounts.push(bind(&libraries.dir, Path::new(INIT_LIBRARIES_PATH), true)?);
+                }
+                layer = Some(WritableLayer {
+                    lower: image.rootfs.clone(),
+                    dir: image.layer.clone(),
+                    merged: rootfs.clone(),
+                    base,
+                });
                 (mounts, launch.program.clone())
             }
             None => {
@@ -398,11 +430,16 @@ impl Sandboxes {
         if !launch.env.iter().any(|(k, _)| k == "PATH") {
             env.push(format!("PATH={DEFAULT_PATH}"));
         }
-        let mut args = vec![INIT_PATH.to_string(), program.display().to_string()];
+        let mut args = match (&launch.image, &self.init_libraries) {
+            (Some(_), Some(libraries)) => libraries.command(),
+            _ => Vec::new(),
+        };
+        args.extend([INIT_PATH.to_string(), program.display().to_string()]);
         args.extend(launch.args.iter().cloned());
         let cwd = launch.working_dir.clone().unwrap_or_else(|| "/".into());
         let cgroup = placement.cgroup.join(name);
         let tenant_quota = placement.tenant.as_ref().map(|(_, share)| share.cpu_quota_us());
+        let read_only_root = root_read_only(launch.image.is_some(), &context);
         let files = open_files_limit();
         let config = || -> Result<oci_spec::runtime::Spec, oci_spec::OciSpecError> {
             let caps: oci_spec::runtime::Capabilities = capabilities.iter().copied().collect();
@@ -453,7 +490,7 @@ impl Sandboxes {
                 .build()?;
             SpecBuilder::default()
                 .version("1.0.2")
-                .root(RootBuilder::default().path("rootfs").readonly(true).build()?)
+                .root(RootBuilder::default().path("rootfs").readonly(read_only_root).build()?)
                 .hostname(hostname.clone())
                 .mounts(mounts.clone())
                 .process(process)
@@ -470,6 +507,7 @@ impl Sandboxes {
             state: self.state.clone(),
             cgroup,
             programs: in_container,
+            layer,
         })
     }
 
@@ -494,6 +532,23 @@ impl Sandboxed {
         let mut command = tokio::process::Command::new(&self.runtime);
         command.arg("--root").arg(&self.state);
         command
+    }
+
+    /// Makes the container's root ready for a run: a fresh writable layer over its image (whatever an earlier run
+    /// wrote is gone, as the kubelet starts a new container); nothing for a container of a host executable, whose
+    /// root the bundle holds.
+    pub fn fresh_root(&self) -> std::io::Result<()> {
+        let init_dir =
+            Path::new(INIT_PATH).parent().and_then(|p| p.strip_prefix("/").ok()).unwrap_or(Path::new(".nest"));
+        match &self.layer {
+            Some(layer) => layer.mount_fresh(init_dir),
+            None => Ok(()),
+        }
+    }
+
+    /// The directory the container's writes to its root land in, while it runs: its writable layer's upper one.
+    pub fn writable_layer(&self) -> Option<PathBuf> {
+        self.layer.as_ref().map(WritableLayer::upper)
     }
 
     /// The runtime's process running the container once (it ends when the container does): its output is the
@@ -551,6 +606,9 @@ impl Sandboxed {
             })
         });
         let _ = self.runtime_command().args(["delete", "--force"]).arg(&self.id).output().await;
+        if let Some(layer) = self.layer.clone() {
+            let _ = tokio::task::spawn_blocking(move || layer.remove()).await;
+        }
         oom
     }
 
@@ -568,6 +626,75 @@ impl Sandboxed {
         run.args(["exec", &self.id]).args(args);
         run
     }
+}
+
+/// Whether a process's command line (`/proc/<pid>/cmdline`, its NULs made spaces) is a container's init: the node's
+/// binary as `/.nest/init PROGRAM…`, or run through its loader as `/.nest/lib/<loader> … /.nest/init PROGRAM…` (a
+/// container of an image).
+pub fn runs_init(command_line: &str) -> bool {
+    command_line.starts_with(&format!("{INIT_PATH} ")) || command_line.starts_with(&format!("{INIT_LIBRARIES_PATH}/"))
+}
+
+/// The dynamic loader and shared libraries the node's binary runs with, copied into a directory every container may
+/// read: the init of a container of an image ([`INIT_PATH`]) runs through them (`/.nest/lib/<loader> --library-path
+/// /.nest/lib /.nest/init …`), since the image's own libraries may be others or none. The program the init starts
+/// runs with the image's own loader and libraries, as the image expects.
+#[derive(Debug)]
+struct InitLibraries {
+    dir: PathBuf,
+    /// The loader's file name (`ld-linux-x86-64.so.2`).
+    loader: String,
+}
+
+impl InitLibraries {
+    /// Copies the loader and the libraries this process has mapped (`/proc/self/maps`) into `dir`; `None` for a
+    /// binary without a loader (static), or when copying fails (the init then runs directly, as before).
+    fn copy(dir: &Path) -> Option<InitLibraries> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let libraries = shared_objects(&maps);
+        let loader = libraries.iter().find_map(|path| {
+            let name = path.file_name()?.to_str()?;
+            name.starts_with("ld-").then(|| name.to_string())
+        })?;
+        let copied = || -> std::io::Result<()> {
+            let _ = std::fs::remove_dir_all(dir);
+            create_dir(dir.parent().unwrap_or(dir), 0o711)?;
+            create_dir(dir, 0o755)?;
+            for library in &libraries {
+                let Some(name) = library.file_name() else { continue };
+                std::fs::copy(library, dir.join(name))?;
+                std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755))?;
+            }
+            Ok(())
+        };
+        match copied() {
+            Ok(()) => Some(InitLibraries { dir: dir.to_path_buf(), loader }),
+            Err(error) => {
+                tracing::warn!(%error, dir = %dir.display(), "copying the init's libraries; images without them fail");
+                None
+            }
+        }
+    }
+
+    /// The words before the init's own: its loader, told where the libraries are.
+    fn command(&self) -> Vec<String> {
+        vec![format!("{INIT_LIBRARIES_PATH}/{}", self.loader), "--library-path".into(), INIT_LIBRARIES_PATH.into()]
+    }
+}
+
+/// The shared objects (`*.so`, `*.so.N`) a `/proc/<pid>/maps` text names, each once.
+fn shared_objects(maps: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    for line in maps.lines() {
+        let Some(path) = line.split_whitespace().nth(5).filter(|p| p.starts_with('/')) else { continue };
+        let path = PathBuf::from(path);
+        let shared =
+            path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".so") || n.contains(".so."));
+        if shared && !found.contains(&path) {
+            found.push(path);
+        }
+    }
+    found
 }
 
 /// The roots of the cgroup hierarchies the runtime makes a container's cgroup in: each v1 hierarchy, or the one v2
@@ -712,10 +839,11 @@ fn write_public(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(0o644))
 }
 
-/// The container's own `/proc`, `/dev` (with `pts`, `shm` and `mqueue`) and `/tmp`.
-fn kernel_filesystems() -> Result<Vec<Mount>, PrepareError> {
+/// The container's own `/proc` and `/dev` (with `pts`, `shm` and `mqueue`), and a `/tmp` in memory when `memory_tmp`
+/// (a container of an image has its `/tmp` in its writable layer, as under containerd).
+fn kernel_filesystems(memory_tmp: bool) -> Result<Vec<Mount>, PrepareError> {
     let options = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    Ok(vec![
+    let mut mounts = vec![
         mount("proc", Path::new("proc"), Path::new("/proc"), options(&["nosuid", "noexec", "nodev"]))?,
         mount(
             "tmpfs",
@@ -736,13 +864,22 @@ fn kernel_filesystems() -> Result<Vec<Mount>, PrepareError> {
             options(&["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]),
         )?,
         mount("mqueue", Path::new("mqueue"), Path::new("/dev/mqueue"), options(&["nosuid", "noexec", "nodev"]))?,
-        mount(
+    ];
+    if memory_tmp {
+        mounts.push(mount(
             "tmpfs",
             Path::new("tmpfs"),
             Path::new("/tmp"),
             options(&["nosuid", "nodev", "mode=1777", "size=65536k"]),
-        )?,
-    ])
+        )?);
+    }
+    Ok(mounts)
+}
+
+/// Whether the container's root is mounted read-only: always for a container of a host executable (its root is the
+/// host's), else as `readOnlyRootFilesystem` says.
+fn root_read_only(of_image: bool, context: &SecurityContext) -> bool {
+    !of_image || context.read_only_root_filesystem == Some(true)
 }
 
 /// Makes the container's root filesystem at `rootfs` (owned by the container's root, host user `base`) and returns
@@ -752,7 +889,7 @@ fn root_filesystem(rootfs: &Path, base: u32, pod_ip: &str, hostname: &str) -> Re
     create_dir(rootfs, 0o755)?;
     std::os::unix::fs::lchown(rootfs, Some(base), Some(base))?;
     init_mount_point(rootfs, base)?;
-    let mut mounts = kernel_filesystems()?;
+    let mut mounts = kernel_filesystems(true)?;
     mounts.push(bind(Path::new("/usr"), Path::new("/usr"), true)?);
     // Merged-/usr systems link these into /usr; others have them as directories of their own.
     for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
@@ -798,35 +935,11 @@ fn root_filesystem(rootfs: &Path, base: u32, pod_ip: &str, hostname: &str) -> Re
     Ok(mounts)
 }
 
-/// Makes the container's root filesystem at `rootfs` from an image's unpacked layers at `image` (read-only) and
-/// returns the mounts that fill it: each of the image's top-level directories, its top-level links, its `/etc` with
-/// the node's `hosts`, `hostname` and `resolv.conf` over it, and the container's own `/proc`, `/dev` and `/tmp`.
-fn image_filesystem(
-    rootfs: &Path,
-    image: &Path,
-    bundle: &Path,
-    base: u32,
-    pod_ip: &str,
-    hostname: &str,
-) -> Result<Vec<Mount>, PrepareError> {
-    create_dir(rootfs, 0o755)?;
-    std::os::unix::fs::lchown(rootfs, Some(base), Some(base))?;
-    init_mount_point(rootfs, base)?;
-    let mut mounts = kernel_filesystems()?;
-    let mut entries: Vec<_> = std::fs::read_dir(image)?.flatten().collect();
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let name = entry.file_name();
-        if ["proc", "dev", "tmp", "sys"].iter().any(|n| name == *n) {
-            continue;
-        }
-        let meta = std::fs::symlink_metadata(entry.path())?;
-        if meta.file_type().is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, rootfs.join(&name))?;
-        } else if meta.is_dir() {
-            mounts.push(bind(&entry.path(), &Path::new("/").join(&name), true)?);
-        }
-    }
+/// The mounts that fill the root of a container of an image (its writable layer over the image's, mounted at each
+/// run by [`Sandboxed::fresh_root`]): the container's own `/proc` and `/dev`, and its `/etc/hosts`, `/etc/hostname` and
+/// `/etc/resolv.conf` (written into the bundle) over the image's, which unpacking made sure exist.
+fn image_filesystem(bundle: &Path, pod_ip: &str, hostname: &str) -> Result<Vec<Mount>, PrepareError> {
+    let mut mounts = kernel_filesystems(false)?;
     // What the node says of the pod, over the image's own files (which unpacking made sure exist).
     let generated = bundle.join("etc");
     create_dir(&generated, 0o755)?;
@@ -1076,6 +1189,46 @@ mod tests {
         assert_eq!(quota(Some(1_000_000)), Some(200_000));
         let memory = resources(&container, Some(50_000)).unwrap().memory().as_ref().and_then(|m| m.limit());
         assert_eq!(memory, Some(64 << 20));
+    }
+
+    #[test]
+    fn an_images_root_is_writable_unless_read_only_root_filesystem_says_and_its_tmp_is_in_it() {
+        let read_only: SecurityContext =
+            serde_json::from_value(serde_json::json!({"readOnlyRootFilesystem": true})).unwrap();
+        assert!(!root_read_only(true, &SecurityContext::default()));
+        assert!(root_read_only(true, &read_only));
+        assert!(root_read_only(false, &SecurityContext::default()), "a host executable's root is the host's");
+        let bundle = tempfile::tempdir().unwrap();
+        let mounts = image_filesystem(bundle.path(), "10.0.0.2", "web").unwrap();
+        let at: Vec<&Path> = mounts.iter().map(|m| m.destination().as_path()).collect();
+        assert!(!at.contains(&Path::new("/tmp")), "/tmp is in the writable layer, as under containerd: {at:?}");
+        for own in ["/proc", "/dev", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"] {
+            assert!(at.contains(&Path::new(own)), "{own} missing from {at:?}");
+        }
+        assert!(std::fs::read_to_string(bundle.path().join("etc/hosts")).unwrap().contains("10.0.0.2\tweb"));
+        let host = kernel_filesystems(true).unwrap();
+        assert!(host.iter().any(|m| m.destination() == Path::new("/tmp")), "a host executable's /tmp is memory");
+    }
+
+    #[test]
+    fn the_inits_loader_and_libraries_are_found_in_its_maps() {
+        let maps = "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 1 /usr/local/bin/nest
+7f01-7f02 r--p 00000000 fe:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f02-7f03 r-xp 00001000 fe:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f03-7f04 r--p 00000000 fe:01 3 /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
+7f04-7f05 rw-p 00000000 00:00 0
+7f05-7f06 r--p 00000000 fe:01 4 /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2
+7ffc-7ffd r-xp 00000000 00:00 0                          [vdso]
+";
+        let found = shared_objects(maps);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[2].ends_with("ld-linux-x86-64.so.2"));
+        let libraries = InitLibraries { dir: "/run/x".into(), loader: "ld-linux-x86-64.so.2".into() };
+        assert_eq!(libraries.command(), ["/.nest/lib/ld-linux-x86-64.so.2", "--library-path", "/.nest/lib"]);
+        let through_loader = format!("{} {INIT_PATH} /usr/sbin/nginx -g daemon off;", libraries.command().join(" "));
+        assert!(runs_init(&through_loader) && runs_init("/.nest/init /usr/bin/python3 app.py"));
+        assert!(!runs_init("/usr/sbin/nginx -g daemon off;") && !runs_init("/.nest/initial"));
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! `pkg/kubelet/eviction/eviction_manager.go`, 1.33): measured, and a pod over a limit evicted.
 //!
 //! Every [`PERIOD`] each running pod that has a limit is measured: each `emptyDir` against its `sizeLimit`, the pod's
-//! whole ephemeral storage (its `emptyDir`s and its containers' logs) against the sum of its containers'
-//! `ephemeral-storage` limits, each container's logs against its own limit (containers have no writable layer here:
-//! their root is read-only and `/tmp` is memory), and, nest's own, each `persistentVolumeClaim` against the claim's
+//! whole ephemeral storage (its `emptyDir`s, its containers' writable layers and logs) against the sum of its
+//! containers' `ephemeral-storage` limits, each container's writable layer and logs against its own limit (as the
+//! kubelet counts a container's `rootfs` and `logs` usage; a container of a host executable has no writable layer: its
+//! root is read-only and its `/tmp` memory), and, nest's own, each `persistentVolumeClaim` against the claim's
 //! capacity: a claim's directory is a plain directory, which nothing else keeps at its size. The first limit passed, in
 //! that order, evicts the pod as the kubelet does: an `Evicted` Event with upstream's message, the pod `Failed` with
 //! reason `Evicted`, its processes stopped within [`EVICTION_GRACE`], and its `emptyDir`s emptied (what filled the
@@ -75,11 +76,13 @@ pub struct Claim {
     pub capacity: Limit,
 }
 
-/// One container's logs (every run's).
+/// One container's own storage: its logs (every run's) and its writable layer ([`super::layer`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Logs {
     pub container: String,
     pub dir: PathBuf,
+    /// The writable layer's directory (missing for a container without one: it then holds nothing).
+    pub layer: PathBuf,
     /// `resources.limits.ephemeral-storage`.
     pub limit: Option<Limit>,
 }
@@ -159,6 +162,7 @@ impl Limits {
             limits.logs.push(Logs {
                 container: name.to_string(),
                 dir: pod_dir.join("logs").join(name),
+                layer: super::layer::dir(pod_dir, name),
                 limit: limit_of(container),
             });
         }
@@ -273,7 +277,8 @@ pub fn verdict(limits: &Limits, mut measure: impl FnMut(&Path) -> Usage) -> Opti
     }
     if let Some(limit) = &limits.pod {
         let mut total = Usage::default();
-        for dir in limits.empty_dirs.iter().map(|e| &e.dir).chain(limits.logs.iter().map(|l| &l.dir)) {
+        let containers = limits.logs.iter().flat_map(|l| [&l.dir, &l.layer]);
+        for dir in limits.empty_dirs.iter().map(|e| &e.dir).chain(containers) {
             total.add(usage(dir));
         }
         if total.over(limit) {
@@ -285,7 +290,11 @@ pub fn verdict(limits: &Limits, mut measure: impl FnMut(&Path) -> Usage) -> Opti
     }
     for logs in &limits.logs {
         if let Some(limit) = &logs.limit
-            && usage(&logs.dir).over(limit)
+            && {
+                let mut own = usage(&logs.dir);
+                own.add(usage(&logs.layer));
+                own.over(limit)
+            }
         {
             return Some(format!(
                 "Container {} exceeded its local ephemeral storage limit {:?}. ",
@@ -360,6 +369,7 @@ mod tests {
         assert_eq!(limits.pod, Some(limit("5Mi")));
         assert_eq!(limits.logs.iter().map(|l| l.container.as_str()).collect::<Vec<_>>(), ["init", "a", "b", "c"]);
         assert_eq!(limits.logs[1].dir, Path::new("/p/logs/a"));
+        assert_eq!(limits.logs[1].layer, Path::new("/p/layers/a"));
         assert!(limits.any());
         let missing = Limits::of(&pod, Path::new("/p"), Path::new("/c"), &BTreeMap::new()).unwrap_err();
         assert!(matches!(missing, PrepareError::Mount { .. }), "{missing}");
@@ -404,7 +414,12 @@ mod tests {
                 dir: "/c/db".into(),
                 capacity: limit("1Gi"),
             }],
-            logs: vec![Logs { container: "app".into(), dir: "/l/app".into(), limit: Some(limit("2Mi")) }],
+            logs: vec![Logs {
+                container: "app".into(),
+                dir: "/l/app".into(),
+                layer: "/w/app".into(),
+                limit: Some(limit("2Mi")),
+            }],
             pod: Some(limit("2Mi")),
         };
         let judge = |sizes: &[(&str, Usage)]| {
@@ -424,6 +439,18 @@ mod tests {
         let container =
             verdict(&limits_without_pod, |dir| if dir == Path::new("/l/app") { used(3 << 20) } else { used(0) });
         assert_eq!(container.unwrap(), "Container app exceeded its local ephemeral storage limit \"2Mi\". ");
+        // A container's writable layer counts with its logs, against its own limit and the pod's.
+        let written = |dir: &Path| match dir.to_str() {
+            Some("/w/app") => used(7 << 18),
+            Some("/l/app") => used(1 << 19),
+            _ => used(0),
+        };
+        assert_eq!(
+            verdict(&limits_without_pod, written).unwrap(),
+            "Container app exceeded its local ephemeral storage limit \"2Mi\". "
+        );
+        assert!(verdict(&limits, written).unwrap().starts_with("Pod ephemeral local storage usage exceeds"));
+        assert_eq!(verdict(&limits, |dir| if dir == Path::new("/w/app") { used(1 << 20) } else { used(0) }), None);
         assert_eq!(
             judge(&[("/c/db", used((1 << 30) + 4096))]).unwrap(),
             "Usage of PersistentVolumeClaim volume \"data\" (claim \"db\") exceeds the claim's capacity \"1Gi\". "

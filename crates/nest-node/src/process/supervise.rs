@@ -332,6 +332,7 @@ impl Shared {
             .open(&log_path)
             .await
             .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        sandbox.fresh_root().map_err(|e| e.to_string())?;
         let mut command = sandbox.run();
         command
             .env_clear()

@@ -65,7 +65,7 @@ fn memory_of(needle: &str) -> Memory {
             .replace('\0', " ");
         if cmdline.contains(needle) {
             add(pid);
-            if cmdline.starts_with(nest_node::process::sandbox::INIT_PATH) {
+            if nest_node::process::sandbox::runs_init(&cmdline) {
                 let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
                 let parent = status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|p| p.trim().parse().ok());
                 if let Some(runtime) = parent {

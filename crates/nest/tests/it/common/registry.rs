@@ -76,3 +76,21 @@ pub fn push(archive: &Path, reference: &str) -> String {
     let pushed = nest(&["image", "push", archive.to_str().unwrap(), reference]);
     pushed.trim().rsplit_once('@').map(|(_, digest)| digest.to_string()).unwrap_or_else(|| panic!("{pushed}"))
 }
+
+/// Pushes the tests' images of real software to `registry`: `library/busybox` and `library/nginx` (`:latest` and
+/// their Debian versions), built from this machine's Debian packages by `scripts/test-images`. The packages and the
+/// built layout are kept in `target/test-images`, so only the first run of a machine downloads and builds (seconds);
+/// each registry then gets a push.
+pub fn test_images(registry: &Registry) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = root.join("scripts/test-images");
+    let cache = root.join("target/test-images");
+    let out = Command::new("bash").arg(&script).arg(&registry.address).arg(&cache).output().unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/test-images {}: {}{}",
+        registry.address,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

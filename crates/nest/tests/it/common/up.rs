@@ -136,7 +136,7 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(needle) && pid != std::process::id() && !cmdline.starts_with("/.nest/init ") {
+        if cmdline.contains(needle) && pid != std::process::id() && !nest_node::process::sandbox::runs_init(&cmdline) {
             found.push(pid);
         }
     }

@@ -7,6 +7,7 @@ mod hostile;
 mod identities;
 mod images;
 mod quick_start;
+mod rootfs;
 mod sandbox;
 mod tenant_policy;
 mod up;

@@ -146,6 +146,18 @@ fn readable_by_others(dir: &Path) -> Vec<String> {
         // runc's own state (each container's directory, 0711) lies in the node's `runc` directory, which nest makes
         // 0700: only what nest writes is held to its own modes.
         let runcs = path.parent().is_some_and(|p| p.file_name().is_some_and(|n| n == "runc"));
+        // A container's root is its image's and its own: the unpacked image (`images/rootfs/<image>`) and a
+        // container's writable layer (`pods/<uid>/layers/<container>/upper`) keep the modes the image and the
+        // container gave their files (a 0700 `/` would lock the container's other users out of it), behind the
+        // node's own 0700 directories.
+        let parent_named = |name: &str| path.parent().is_some_and(|p| p.file_name().is_some_and(|n| n == name));
+        let grandparent_named =
+            |name: &str| path.parent().and_then(Path::parent).is_some_and(|p| p.file_name().is_some_and(|n| n == name));
+        let containers_root = (parent_named("rootfs") && grandparent_named("images"))
+            || (path.file_name().is_some_and(|n| n == "upper") && grandparent_named("layers"));
+        if containers_root {
+            continue;
+        }
         if mode & 0o077 != 0 && !runcs {
             open.push(format!("{} {mode:o}", path.display()));
         }
