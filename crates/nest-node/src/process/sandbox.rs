@@ -206,6 +206,8 @@ pub struct Sandboxed {
     cgroup: PathBuf,
     /// The allowlisted executables: their file name → their path in the container.
     programs: Vec<PathBuf>,
+    /// The pod's network namespace, which the runtime is started in (see [`Sandboxed::runtime_command`]).
+    netns: Option<PathBuf>,
 }
 
 impl Sandboxes {
@@ -436,9 +438,6 @@ impl Sandboxes {
             ]
             .into_iter()
             .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
-            .chain(
-                netns.map(|path| LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::Network).path(path).build()),
-            )
             .collect::<Result<Vec<_>, _>>()?;
             let mapping = LinuxIdMappingBuilder::default().container_id(0u32).host_id(base).size(RANGE).build()?;
             let linux = LinuxBuilder::default()
@@ -470,6 +469,7 @@ impl Sandboxes {
             state: self.state.clone(),
             cgroup,
             programs: in_container,
+            netns: netns.map(Path::to_path_buf),
         })
     }
 
@@ -490,9 +490,36 @@ impl Sandboxes {
 }
 
 impl Sandboxed {
+    /// The runtime's command, started inside the pod's network namespace when it has one. The container inherits
+    /// that namespace rather than naming it in its spec: a runtime entering a running container (`exec`) joins
+    /// the container's user namespace first (runc 1.1), and from there may no longer join a network namespace the
+    /// host's user namespace owns, so the spec names none and `exec` is started where the container already is.
     fn runtime_command(&self) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.runtime);
         command.arg("--root").arg(&self.state);
+        if let Some(netns) = &self.netns {
+            match std::fs::File::open(netns) {
+                Ok(namespace) => {
+                    // SAFETY: setns(2) is async-signal-safe; the descriptor stays open until the command is dropped.
+                    unsafe {
+                        command.pre_exec(move || {
+                            use std::os::fd::AsRawFd as _;
+                            if libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            Ok(())
+                        });
+                    }
+                }
+                // The command then fails to start, rather than start outside the pod's network.
+                Err(error) => {
+                    // SAFETY: returning an error from pre_exec touches no memory.
+                    unsafe {
+                        command.pre_exec(move || Err(std::io::Error::new(error.kind(), "the pod's network namespace")))
+                    };
+                }
+            }
+        }
         command
     }
 
@@ -557,6 +584,12 @@ impl Sandboxed {
     /// A command run inside the running container, as its own process is (user, environment, namespaces, limits):
     /// for exec probes. A first word naming an allowlisted executable by file name runs that executable.
     pub fn exec(&self, command: &[String]) -> tokio::process::Command {
+        self.exec_with(command, false)
+    }
+
+    /// [`Sandboxed::exec`], with a terminal in the container when `tty` (the runtime copies between it and its own
+    /// standard streams, which must then be a terminal): for `kubectl exec`.
+    pub fn exec_with(&self, command: &[String], tty: bool) -> tokio::process::Command {
         let mut args = command.to_vec();
         if let Some(first) = args.first_mut()
             && !first.contains('/')
@@ -565,7 +598,11 @@ impl Sandboxed {
             *first = program.display().to_string();
         }
         let mut run = self.runtime_command();
-        run.args(["exec", &self.id]).args(args);
+        run.arg("exec");
+        if tty {
+            run.arg("--tty");
+        }
+        run.arg(&self.id).args(args);
         run
     }
 }

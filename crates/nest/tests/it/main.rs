@@ -32,6 +32,7 @@ mod processes;
 mod python_client;
 mod quick_start;
 mod sandbox;
+mod streams;
 mod syncer;
 mod tenant_policy;
 mod tokens;
