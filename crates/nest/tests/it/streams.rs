@@ -101,6 +101,31 @@ print("ok")
         let out = Command::new(python).args(["-c", script]).arg(admin).output().unwrap();
         assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     });
+    cases.case("a terminal, resized as the client asks", || {
+        let python = std::env::var("NEST_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        let script = r#"
+import json, sys, time
+from kubernetes import client, config
+from kubernetes.stream import stream
+config.load_kube_config(sys.argv[1])
+api = client.CoreV1Api()
+resp = stream(api.connect_get_namespaced_pod_exec, "shell", "default", command=["sh"],
+              stderr=True, stdin=True, stdout=True, tty=True, _preload_content=False)
+resp.write_channel(4, json.dumps({"Width": 123, "Height": 45}))
+time.sleep(0.5)
+resp.write_stdin("tty; stty size; exit 4\n")
+out = ""
+deadline = time.time() + 30
+while resp.is_open() and time.time() < deadline:
+    resp.update(timeout=1)
+    out += resp.read_stdout(timeout=0) or ""
+assert "/dev/pts/" in out and "45 123" in out, repr(out)
+assert resp.returncode == 4, resp.returncode
+print("ok")
+"#;
+        let out = Command::new(python).args(["-c", script]).arg(admin).output().unwrap();
+        assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    });
     cases.case("a user who may only read pods cannot exec: upstream's 403", || {
         for args in [
             &["create", "role", "reader", "--verb=get,list", "--resource=pods"][..],
