@@ -1,9 +1,10 @@
 //! Sandboxes: every container of a process pod runs through an OCI runtime (`runc`, or another with runc's command
 //! line, such as `crun`), never as a bare process of the host.
 //!
-//! - **Namespaces.** Each container gets its own user, mount, PID, IPC, UTS and cgroup namespaces. It shares the
-//!   node's network namespace, where it listens on its pod's own loopback address (see docs/REFERENCE.md,
-//!   "Network model").
+//! - **Namespaces.** Each container gets its own user, mount, PID, IPC, UTS and cgroup namespaces. It is in its
+//!   pod's network namespace, which the runtime is started in and the container inherits (so that `runc exec` can
+//!   enter it: [`Sandboxed::exec_with`]); on a loopback pod range it shares the node's, where it listens on its
+//!   pod's own loopback address (see docs/REFERENCE.md, "Network model").
 //! - **Users.** The pods of one namespace map container users 0–65535 onto a range of host users of their own,
 //!   allocated by this node and kept in `<data>/users`: root in a container is an unprivileged user of the host, and
 //!   two namespaces never share a host user. `runAsUser`, `runAsGroup`, `fsGroup` and `supplementalGroups` choose

@@ -101,6 +101,12 @@ print("ok")
         let out = Command::new(python).args(["-c", script]).arg(admin).output().unwrap();
         assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     });
+    cases.case("a client that speaks only SPDY is told so, not left hanging", || {
+        let env = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")];
+        let out = exec(admin, cache, &["shell", "--", "true"], b"", &env);
+        let said = text(&out.stderr);
+        assert!(!out.status.success() && said.contains("SPDY/3.1 is not"), "{said}");
+    });
     cases.case("a terminal, resized as the client asks", || {
         let python = std::env::var("NEST_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
         let script = r#"
