@@ -126,7 +126,8 @@ pub(crate) async fn exec(
         Ok(pending) => pending,
         Err(error) => return status(StatusCode::BAD_REQUEST, "BadRequest", error.to_string()),
     };
-    let started = start(&sandbox, &asked);
+    let pid_file = sandbox.exec_pid_file();
+    let started = start(&sandbox, &asked, &pid_file);
     let (child, process) = match started {
         Ok(started) => started,
         Err(error) => {
@@ -153,16 +154,24 @@ pub(crate) async fn exec(
             }
         };
         let session = remotecommand::serve(ws, protocol, options, process, ended);
-        tokio::select! {
-            ended = session => {
-                if ended == Ended::ClientGone {
-                    tracing::debug!("an exec's client went away; its command is stopped");
-                }
+        let told = tokio::select! {
+            ended = session => matches!(ended, Ended::Told(_)),
+            () = idle.elapsed() => false,
+        };
+        if !told {
+            // The client went away (or the stream idled out) while the command runs: it is killed, as the
+            // kubelet's runtime kills an exec whose stream ended. The runtime cannot pass SIGKILL on, so the command
+            // is killed by its host process ID, which the runtime still waits for.
+            tracing::debug!("an exec's client went away; its command is killed");
+            let pid = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<libc::pid_t>().ok());
+            if let Some(pid) = pid.filter(|p| *p > 1) {
+                // SAFETY: kill(2) with a process ID read from the runtime's file; no memory is touched.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
             }
-            () = idle.elapsed() => tracing::debug!("an exec stream was idle too long"),
         }
-        // Dropping the runtime's process kills it (kill_on_drop), and the command with it: the runtime forwards
-        // its death to the container's process as it forwards every signal it can.
+        let _ = std::fs::remove_file(&pid_file);
+        // Dropping the runtime's process kills it too (kill_on_drop).
+        drop(child);
     });
     let mut response = Response::new(http_body_util::Empty::<Bytes>::new().boxed_unsync());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -183,8 +192,9 @@ pub(crate) async fn exec(
 fn start(
     sandbox: &crate::process::sandbox::Sandboxed,
     asked: &ExecRequest,
+    pid_file: &std::path::Path,
 ) -> std::io::Result<(tokio::process::Child, Process)> {
-    let mut command = sandbox.exec_with(&asked.command, asked.options.tty);
+    let mut command = sandbox.exec_with(&asked.command, asked.options.tty, Some(pid_file));
     command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default()).kill_on_drop(true);
     if asked.options.tty {
         return start_with_terminal(command);

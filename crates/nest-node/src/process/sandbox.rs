@@ -547,6 +547,13 @@ impl Sandboxed {
         command
     }
 
+    /// A new file for the runtime to write an exec'd command's host process ID in, in the container's bundle.
+    pub fn exec_pid_file(&self) -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.bundle.join(format!("exec-{n}.pid"))
+    }
+
     /// Where the runtime writes the host process ID of the container's first process.
     pub fn pid_file(&self) -> PathBuf {
         self.bundle.join("pid")
@@ -585,12 +592,13 @@ impl Sandboxed {
     /// A command run inside the running container, as its own process is (user, environment, namespaces, limits):
     /// for exec probes. A first word naming an allowlisted executable by file name runs that executable.
     pub fn exec(&self, command: &[String]) -> tokio::process::Command {
-        self.exec_with(command, false)
+        self.exec_with(command, false, None)
     }
 
     /// [`Sandboxed::exec`], with a terminal in the container when `tty` (the runtime copies between it and its own
-    /// standard streams, which must then be a terminal): for `kubectl exec`.
-    pub fn exec_with(&self, command: &[String], tty: bool) -> tokio::process::Command {
+    /// standard streams, which must then be a terminal), the command's host process ID written to `pid_file`: for
+    /// `kubectl exec`.
+    pub fn exec_with(&self, command: &[String], tty: bool, pid_file: Option<&Path>) -> tokio::process::Command {
         let mut args = command.to_vec();
         if let Some(first) = args.first_mut()
             && !first.contains('/')
@@ -602,6 +610,9 @@ impl Sandboxed {
         run.arg("exec");
         if tty {
             run.arg("--tty");
+        }
+        if let Some(pid_file) = pid_file {
+            run.arg("--pid-file").arg(pid_file);
         }
         run.arg(&self.id).args(args);
         run

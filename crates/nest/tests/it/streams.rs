@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use crate::common::up::{kubectl, stop, up_with};
+use crate::common::up::{kubectl, processes_with, stop, up_with};
 use crate::common::{Cases, eventually};
 
 /// `kubectl exec` in the management cluster with `stdin` written to it (and closed), `env` set.
@@ -100,6 +100,21 @@ print("ok")
 "#;
         let out = Command::new(python).args(["-c", script]).arg(admin).output().unwrap();
         assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    });
+    cases.case("a command whose client went away is killed", || {
+        let mut client = Command::new(crate::common::KUBECTL)
+            .args(["exec", "shell", "--", "sleep", "4242"])
+            .env("KUBECONFIG", admin)
+            .env("KUBECACHEDIR", cache)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        eventually(30, "the command running", || !processes_with("sleep 4242").is_empty());
+        client.kill().unwrap();
+        let _ = client.wait();
+        eventually(30, "the command killed", || processes_with("sleep 4242").is_empty());
     });
     cases.case("a client that speaks only SPDY is told so, not left hanging", || {
         let env = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")];
