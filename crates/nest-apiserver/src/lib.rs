@@ -24,6 +24,7 @@ pub mod openapi;
 mod openapi_v2;
 pub mod protobuf;
 pub mod reviews;
+pub mod streams;
 pub mod table;
 pub mod tokens;
 
@@ -221,7 +222,8 @@ impl Connection {
         builder.http2().timer(TokioTimer::new());
         let io = TokioIo::new(limits::Watched::new(tls, activity.clone()));
         tokio::select! {
-            served = builder.serve_connection(io, service) => {
+            // Upgrades (exec, attach, port-forward) take the connection over; `streams.rs` splices it to a node.
+            served = builder.serve_connection_with_upgrades(io, service) => {
                 if let Err(error) = served {
                     tracing::debug!(%error, "connection ended with an error");
                 }

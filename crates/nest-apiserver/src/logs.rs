@@ -94,8 +94,8 @@ fn log_options(name: &str, query: &impl Fn(&str) -> Option<String>) -> Result<Ve
     Ok(passed)
 }
 
-/// Which container of `pod` the request means.
-fn container(pod: &Value, asked: Option<&str>) -> Result<String> {
+/// Which container of `pod` the request means (`LogLocation` and `streamLocation` choose alike).
+pub(crate) fn container(pod: &Value, asked: Option<&str>) -> Result<String> {
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let names = |field: &str| -> Vec<String> {
         pod["spec"][field]
@@ -135,53 +135,19 @@ pub async fn pod_log(
 ) -> Result<Response<Body>> {
     let passed = log_options(name, &query)?;
     let pods = registry.resource("", "v1", "pods").expect("pods are built in");
-    let nodes = registry.resource("", "v1", "nodes").expect("nodes are built in");
     let pod = registry.get(&pods, namespace, name).await?;
     let container = container(&pod, query("container").as_deref())?;
-    let node_name = pod["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
-    let node = registry.get(&nodes, "", node_name).await?;
-    let address = node["status"]["addresses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|a| a["type"] == "InternalIP")
-        .and_then(|a| a["address"].as_str())
-        .and_then(|a| a.parse::<std::net::IpAddr>().ok());
-    // A port the kubelet could have registered: 1 to 65535, never truncated into range. An address must be one a
-    // kubelet can listen on (not unspecified, multicast or broadcast).
-    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
-        .as_u64()
-        .and_then(|p| u16::try_from(p).ok())
-        .filter(|p| *p > 0);
-    let address = address.filter(|a| {
-        !a.is_unspecified() && !a.is_multicast() && *a != std::net::IpAddr::V4(std::net::Ipv4Addr::BROADCAST)
-    });
-    let (Some(address), Some(port)) = (address, port) else {
-        return Err(ApiError::service_unavailable(format!(
-            "node {node_name} does not serve the kubelet API, so the logs of pod {name} cannot be read"
-        )));
-    };
+    let kubelet = Kubelet::of(registry, &pod, "the logs of").await?;
     let mut path = format!("/containerLogs/{namespace}/{name}/{container}");
     if !passed.is_empty() {
         path = format!("{path}?{}", passed.join("&"));
     }
-    let unreachable = |error: &dyn std::fmt::Display| {
-        ApiError::service_unavailable(format!("the kubelet API of node {node_name} ({address}:{port}): {error}"))
-    };
-    let tcp = tokio::net::TcpStream::connect((address, port)).await.map_err(|e| unreachable(&e))?;
-    let connector = tokio_rustls::TlsConnector::from(tls);
-    let stream = connector.connect(ServerName::IpAddress(address.into()), tcp).await.map_err(|e| unreachable(&e))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(&e))?;
-    tokio::spawn(connection);
+    let mut sender = kubelet.connect(tls).await?;
     let request = hyper::Request::get(path)
-        .header("host", format!("{address}:{port}"))
+        .header("host", kubelet.host())
         .body(http_body_util::Empty::<Bytes>::new())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let response = sender.send_request(request).await.map_err(|e| unreachable(&e))?;
+    let response = sender.send_request(request).await.map_err(|e| kubelet.unreachable(&e))?;
     let status = response.status();
     if status != StatusCode::OK {
         // An error's text is short; a node that sends more is cut off at 64 KiB.
@@ -190,7 +156,7 @@ pub async fn pod_log(
         let message = String::from_utf8_lossy(&text).trim().to_string();
         return Err(match status {
             StatusCode::BAD_REQUEST => ApiError::bad_request(message),
-            _ => ApiError::service_unavailable(format!("node {node_name} answered {status}: {message}")),
+            _ => ApiError::service_unavailable(format!("node {} answered {status}: {message}", kubelet.node)),
         });
     }
     let body = futures_util::stream::unfold(response.into_body(), |mut body| async move {
@@ -207,6 +173,79 @@ pub async fn pod_log(
     let mut reply = Response::new(BodyExt::boxed_unsync(StreamBody::new(body)));
     reply.headers_mut().insert("content-type", "text/plain".parse().expect("a header value"));
     Ok(reply)
+}
+
+/// The kubelet API of the node a pod is bound to: its InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port`.
+pub(crate) struct Kubelet {
+    /// The node's name.
+    pub node: String,
+    address: std::net::IpAddr,
+    port: u16,
+}
+
+impl Kubelet {
+    /// The kubelet of `pod`'s node; `what` says what was wanted of it for the error (`the logs of`).
+    pub async fn of(registry: &Registry, pod: &Value, what: &str) -> Result<Kubelet> {
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        let nodes = registry.resource("", "v1", "nodes").expect("nodes are built in");
+        let node_name = pod["spec"]["nodeName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
+        let node = registry.get(&nodes, "", node_name).await?;
+        let address = node["status"]["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["type"] == "InternalIP")
+            .and_then(|a| a["address"].as_str())
+            .and_then(|a| a.parse::<std::net::IpAddr>().ok());
+        // A port the kubelet could have registered: 1 to 65535, never truncated into range. An address must be one
+        // a kubelet can listen on (not unspecified, multicast or broadcast).
+        let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p > 0);
+        let address = address.filter(|a| {
+            !a.is_unspecified() && !a.is_multicast() && *a != std::net::IpAddr::V4(std::net::Ipv4Addr::BROADCAST)
+        });
+        let (Some(address), Some(port)) = (address, port) else {
+            return Err(ApiError::service_unavailable(format!(
+                "node {node_name} does not serve the kubelet API, so {what} pod {name} cannot be reached"
+            )));
+        };
+        Ok(Kubelet { node: node_name.to_string(), address, port })
+    }
+
+    /// The `Host` header of a request to it.
+    pub fn host(&self) -> String {
+        std::net::SocketAddr::new(self.address, self.port).to_string()
+    }
+
+    /// The error for a kubelet that did not answer.
+    pub fn unreachable(&self, error: &dyn std::fmt::Display) -> ApiError {
+        ApiError::service_unavailable(format!(
+            "the kubelet API of node {} ({}): {error}",
+            self.node,
+            std::net::SocketAddr::new(self.address, self.port)
+        ))
+    }
+
+    /// An HTTP/1.1 connection to it over TLS (the node's certificate checked against the cluster CA, this server
+    /// presenting its kubelet-client certificate); upgrades allowed.
+    pub async fn connect(
+        &self,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Result<hyper::client::conn::http1::SendRequest<http_body_util::Empty<Bytes>>> {
+        let tcp = tokio::net::TcpStream::connect((self.address, self.port)).await.map_err(|e| self.unreachable(&e))?;
+        let connector = tokio_rustls::TlsConnector::from(tls);
+        let server = ServerName::IpAddress(self.address.into());
+        let stream = connector.connect(server, tcp).await.map_err(|e| self.unreachable(&e))?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| self.unreachable(&e))?;
+        tokio::spawn(connection.with_upgrades());
+        Ok(sender)
+    }
 }
 
 #[cfg(test)]

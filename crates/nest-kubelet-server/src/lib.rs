@@ -11,6 +11,7 @@
 //! source address and one on all of them ([`Connections`], which several servers can share as one budget).
 //!
 //! - [`limits`]: [`Limits`], and [`Connections`], which counts what is open against them;
+//! - [`upgrade`]: connections a handler takes over after `101 Switching Protocols` (exec, attach, port-forward);
 //! - `activity` (private): when a connection last moved a byte, for the idle timeout.
 
 #![forbid(unsafe_code)]
@@ -18,6 +19,7 @@
 
 mod activity;
 pub mod limits;
+pub mod upgrade;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -131,9 +133,10 @@ where
         };
         // Over a cap, a connection is closed as soon as it is accepted: it costs a descriptor for a moment.
         let Some(slot) = connections.admit(peer.ip()) else { continue };
+        // Shared with a stream the handler takes over, which outlives the HTTP connection ([`upgrade`]).
+        let slot = upgrade::Slot(Arc::new(slot));
         let (acceptor, handle, connections) = (acceptor.clone(), handle.clone(), connections.clone());
         tokio::spawn(async move {
-            let _slot = slot;
             let limits = connections.limits();
             let stream = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => stream,
@@ -146,8 +149,9 @@ where
             let client = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| common_name(c));
             let activity = Activity::new();
             let requests = activity.clone();
-            let service = hyper::service::service_fn(move |request| {
+            let service = hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
                 let (handle, client) = (handle.clone(), client.clone());
+                request.extensions_mut().insert(slot.clone());
                 // The connection counts as busy until the response's body is sent (a followed log: until it ends).
                 let open = OpenRequest::new(&requests);
                 async move {
@@ -164,7 +168,7 @@ where
             builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
             let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
             tokio::select! {
-                _ = builder.serve_connection(io, service) => {}
+                _ = builder.serve_connection(io, service).with_upgrades() => {}
                 () = activity.until_idle(limits.idle_timeout) => {
                     connections.idle_closed.fetch_add(1, Ordering::Relaxed);
                 }

@@ -5,6 +5,8 @@
 //! - `GET /containerLogs/<namespace>/<pod>/<container>` with `follow`, `tailLines`, `sinceSeconds`, `timestamps`,
 //!   `previous` and `limitBytes`, as the kubelet does: a process's output from its log file; a simulated pod's is one
 //!   line saying it is simulated;
+//! - `/exec/<namespace>/<pod>/<container>`: a command in a running container, over a WebSocket
+//!   ([`crate::streaming`]);
 //! - `GET /healthz`.
 //!
 //! The port itself (TLS, the API server's client certificate, connection limits) is `nest-kubelet-server`'s, which
@@ -86,6 +88,10 @@ async fn handle(context: &Context, request: Request<hyper::body::Incoming>) -> R
     let path = request.uri().path().to_string();
     if path == "/healthz" {
         return text(StatusCode::OK, "ok");
+    }
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    if let ["exec", rest @ ..] = segments.as_slice() {
+        return crate::streaming::exec(context, request, rest).await;
     }
     let Some(rest) = path.strip_prefix("/containerLogs/") else {
         return text(StatusCode::NOT_FOUND, format!("{path}: not found\n"));

@@ -27,6 +27,7 @@ pub mod proxy;
 pub mod registries;
 pub use nest_core::quantity;
 pub mod simulated;
+mod streaming;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -34,15 +34,22 @@ pub(super) async fn resource(
     body: &Bytes,
 ) -> Result<()> {
     let info = &target.resource.info;
-    let action = Action::Resource {
-        verb: crate::authz::verb(&request.method, target.name.is_some(), asks_to_watch(request.uri.query())),
+    let action = |verb| Action::Resource {
+        verb,
         group: &info.group,
         resource: &info.plural,
         subresource: target.subresource.as_deref(),
         namespace: target.namespace.as_deref(),
         name: target.name.as_deref(),
     };
-    crate::authz::authorize(&state.registry, state.authorization, user, &action).await?;
+    let verb = crate::authz::verb(&request.method, target.name.is_some(), asks_to_watch(request.uri.query()));
+    crate::authz::authorize(&state.registry, state.authorization, user, &action(verb)).await?;
+    // A WebSocket opens exec, attach and port-forward streams with a GET, where SPDY's POST is a `create`: the GET
+    // must be allowed `create` too, or `get` alone would run commands in pods (upstream's
+    // `AuthorizePodWebsocketUpgradeCreatePermission`, beta and on by default since 1.35).
+    if request.method == Method::GET && creates_a_stream(info, target.subresource.as_deref()) {
+        crate::authz::authorize(&state.registry, state.authorization, user, &action("create")).await?;
+    }
     if !matches!(request.method, Method::POST | Method::PUT | Method::PATCH) {
         return Ok(());
     }
@@ -64,6 +71,11 @@ pub(super) async fn resource(
         crate::certificates::check(registry, mode, user, info, subresource, &after, old.as_ref()).await?;
     }
     Ok(())
+}
+
+/// Whether `subresource` of `info` opens a stream into a pod: `pods/exec`, `pods/attach`, `pods/portforward`.
+fn creates_a_stream(info: &nest_registry::ResourceInfo, subresource: Option<&str>) -> bool {
+    info.group.is_empty() && info.plural == "pods" && matches!(subresource, Some("exec" | "attach" | "portforward"))
 }
 
 /// The object a write would leave: the body of a create or replace, or the stored object with the patch applied

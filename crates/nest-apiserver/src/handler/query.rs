@@ -26,6 +26,11 @@ impl Query {
         self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
+    /// Every value of `key`, in the order sent (`command` of an exec).
+    pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0.iter().filter(move |(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
     /// Whether `key` is sent as true.
     pub fn flag(&self, key: &str) -> bool {
         // Go's strconv.ParseBool, which kube-apiserver uses: clients send "true", "True", "1", …

@@ -44,6 +44,7 @@ pub(super) type Serve = for<'a> fn(ResourceRequest<'a>) -> BoxFuture<'a, Result<
 /// The subresources the server answers itself.
 pub(super) const SERVER_OWNED: &[ServerOwned] = &[
     ServerOwned { name: "log", held_by: HeldBy::Declared, long_running: true, serve: |r| Box::pin(log(r)) },
+    ServerOwned { name: "exec", held_by: HeldBy::Declared, long_running: true, serve: |r| Box::pin(exec(r)) },
     ServerOwned { name: "token", held_by: HeldBy::Declared, long_running: false, serve: |r| Box::pin(token(r)) },
     ServerOwned { name: "scale", held_by: HeldBy::Scalable, long_running: false, serve: |r| Box::pin(scale(r)) },
 ];
@@ -80,6 +81,20 @@ async fn log(request: ResourceRequest<'_>) -> Result<Response<Body>> {
         query.get(key).map(str::to_string)
     })
     .await
+}
+
+/// `GET` (WebSocket) or `POST` (SPDY) `pods/<name>/exec`: the node's stream ([`crate::streams`]).
+async fn exec(request: ResourceRequest<'_>) -> Result<Response<Body>> {
+    if !matches!(request.method, Method::GET | Method::POST) {
+        return Err(request.not_supported());
+    }
+    let query = &request.query;
+    let all = |key: &str| query.get_all(key).map(str::to_string).collect();
+    let options = crate::streams::ExecOptions::read(|key| query.get(key), all)?;
+    let client =
+        crate::streams::Client { method: &request.method, headers: &request.headers, upgrade: request.upgrade.clone() };
+    let tls = request.state.kubelet_tls.clone();
+    crate::streams::exec(&request.state.registry, tls, request.namespace(), request.name(), options, client).await
 }
 
 /// `POST serviceaccounts/<name>/token` (TokenRequest): answered with a token this server signs, never stored.
@@ -146,6 +161,8 @@ mod tests {
         assert!(server_owned(&pods, "scale").is_none(), "a pod has no scale");
         assert!(server_owned(&pods, "binding").is_none(), "a pod's binding is its strategy's");
         assert!(long_running("/api/v1/namespaces/a/pods/b/log"));
+        assert!(long_running("/api/v1/namespaces/a/pods/b/exec"));
+        assert_eq!(server_owned(&pods, "exec").map(|row| row.name), Some("exec"));
         assert!(!long_running("/api/v1/namespaces/a/pods/b/catalog"));
         assert!(!long_running("/apis/apps/v1/namespaces/a/deployments/b/scale"));
     }

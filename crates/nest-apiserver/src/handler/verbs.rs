@@ -30,6 +30,10 @@ pub(super) struct ResourceRequest<'a> {
     pub form: Representation,
     /// What a Table answer is made of.
     pub table: TableOf,
+    /// The request's headers (a connect request's upgrade headers are passed on to the node).
+    pub headers: hyper::HeaderMap,
+    /// The client's connection, when it may be taken over after a `101` (HTTP/1.1).
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
 impl<'a> ResourceRequest<'a> {
@@ -50,7 +54,8 @@ impl<'a> ResourceRequest<'a> {
         let include = crate::table::Include::parse(query.get("includeObject"))?;
         let table = TableOf { resource: target.resource.info.clone(), include };
         let content_type = content_type(request);
-        Ok(ResourceRequest { state, target, method, query, content_type, body, form, table })
+        let (headers, upgrade) = (request.headers.clone(), request.extensions.get().cloned());
+        Ok(ResourceRequest { state, target, method, query, content_type, body, form, table, headers, upgrade })
     }
 
     /// The resource asked about.

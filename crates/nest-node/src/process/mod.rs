@@ -37,7 +37,7 @@ use kube::{Client, ResourceExt};
 use crate::allowlist::Allowlist;
 use crate::registries::{Decision, PullFrom};
 pub use prepare::{Launch, PrepareError};
-pub use supervise::PodRun;
+pub use supervise::{NotRunning, PodRun};
 
 /// How the runtime is set up.
 #[derive(Clone, Debug)]

@@ -1,9 +1,10 @@
 //! Sandboxes: every container of a process pod runs through an OCI runtime (`runc`, or another with runc's command
 //! line, such as `crun`), never as a bare process of the host.
 //!
-//! - **Namespaces.** Each container gets its own user, mount, PID, IPC, UTS and cgroup namespaces. It shares the
-//!   node's network namespace, where it listens on its pod's own loopback address (see docs/REFERENCE.md,
-//!   "Network model").
+//! - **Namespaces.** Each container gets its own user, mount, PID, IPC, UTS and cgroup namespaces. It is in its
+//!   pod's network namespace, which the runtime is started in and the container inherits (so that `runc exec` can
+//!   enter it: [`Sandboxed::exec_with`]); on a loopback pod range it shares the node's, where it listens on its
+//!   pod's own loopback address (see docs/REFERENCE.md, "Network model").
 //! - **Users.** The pods of one namespace map container users 0–65535 onto a range of host users of their own,
 //!   allocated by this node and kept in `<data>/users`: root in a container is an unprivileged user of the host, and
 //!   two namespaces never share a host user. `runAsUser`, `runAsGroup`, `fsGroup` and `supplementalGroups` choose
@@ -219,6 +220,8 @@ pub struct Sandboxed {
     programs: Vec<PathBuf>,
     /// The writable layer over the image, for a container of an image: mounted at each run, removed after it.
     layer: Option<WritableLayer>,
+    /// The pod's network namespace, which the runtime is started in (see [`Sandboxed::runtime_command`]).
+    netns: Option<PathBuf>,
 }
 
 impl Sandboxes {
@@ -473,9 +476,6 @@ impl Sandboxes {
             ]
             .into_iter()
             .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
-            .chain(
-                netns.map(|path| LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::Network).path(path).build()),
-            )
             .collect::<Result<Vec<_>, _>>()?;
             let mapping = LinuxIdMappingBuilder::default().container_id(0u32).host_id(base).size(RANGE).build()?;
             let linux = LinuxBuilder::default()
@@ -508,6 +508,7 @@ impl Sandboxes {
             cgroup,
             programs: in_container,
             layer,
+            netns: netns.map(Path::to_path_buf),
         })
     }
 
@@ -528,9 +529,36 @@ impl Sandboxes {
 }
 
 impl Sandboxed {
+    /// The runtime's command, started inside the pod's network namespace when it has one. The container inherits
+    /// that namespace rather than naming it in its spec: a runtime entering a running container (`exec`) joins
+    /// the container's user namespace first (runc 1.1), and from there may no longer join a network namespace the
+    /// host's user namespace owns, so the spec names none and `exec` is started where the container already is.
     fn runtime_command(&self) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.runtime);
         command.arg("--root").arg(&self.state);
+        if let Some(netns) = &self.netns {
+            match std::fs::File::open(netns) {
+                Ok(namespace) => {
+                    // SAFETY: setns(2) is async-signal-safe; the descriptor stays open until the command is dropped.
+                    unsafe {
+                        command.pre_exec(move || {
+                            use std::os::fd::AsRawFd as _;
+                            if libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            Ok(())
+                        });
+                    }
+                }
+                // The command then fails to start, rather than start outside the pod's network.
+                Err(error) => {
+                    // SAFETY: returning an error from pre_exec touches no memory.
+                    unsafe {
+                        command.pre_exec(move || Err(std::io::Error::new(error.kind(), "the pod's network namespace")))
+                    };
+                }
+            }
+        }
         command
     }
 
@@ -574,6 +602,13 @@ impl Sandboxed {
         command
     }
 
+    /// A new file for the runtime to write an exec'd command's host process ID in, in the container's bundle.
+    pub fn exec_pid_file(&self) -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.bundle.join(format!("exec-{n}.pid"))
+    }
+
     /// Where the runtime writes the host process ID of the container's first process.
     pub fn pid_file(&self) -> PathBuf {
         self.bundle.join("pid")
@@ -615,6 +650,13 @@ impl Sandboxed {
     /// A command run inside the running container, as its own process is (user, environment, namespaces, limits):
     /// for exec probes. A first word naming an allowlisted executable by file name runs that executable.
     pub fn exec(&self, command: &[String]) -> tokio::process::Command {
+        self.exec_with(command, false, None)
+    }
+
+    /// [`Sandboxed::exec`], with a terminal in the container when `tty` (the runtime copies between it and its own
+    /// standard streams, which must then be a terminal), the command's host process ID written to `pid_file`: for
+    /// `kubectl exec`.
+    pub fn exec_with(&self, command: &[String], tty: bool, pid_file: Option<&Path>) -> tokio::process::Command {
         let mut args = command.to_vec();
         if let Some(first) = args.first_mut()
             && !first.contains('/')
@@ -623,7 +665,14 @@ impl Sandboxed {
             *first = program.display().to_string();
         }
         let mut run = self.runtime_command();
-        run.args(["exec", &self.id]).args(args);
+        run.arg("exec");
+        if tty {
+            run.arg("--tty");
+        }
+        if let Some(pid_file) = pid_file {
+            run.arg("--pid-file").arg(pid_file);
+        }
+        run.arg(&self.id).args(args);
         run
     }
 }

@@ -39,6 +39,17 @@ struct Container {
     last_state: Value,
     ready: bool,
     started: bool,
+    /// The sandbox while its first process runs: what exec and attach enter.
+    running: Option<Arc<Sandboxed>>,
+}
+
+/// Why a container cannot be entered (exec, attach).
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotRunning {
+    /// The pod has no container of that name.
+    NoSuchContainer,
+    /// It has, but its process does not run now.
+    NotRunning,
 }
 
 /// What the pod's tasks share.
@@ -121,6 +132,7 @@ impl PodRun {
                 last_state: json!({}),
                 ready: false,
                 started: false,
+                running: None,
             })
             .collect();
         let probes: Vec<Probes> =
@@ -174,6 +186,18 @@ impl PodRun {
     pub fn restart_count(&self, name: &str) -> Option<i32> {
         let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
         containers.iter().find(|c| c.name == name).map(|c| c.restart_count)
+    }
+
+    /// The sandbox of container `name` while its process runs: what exec enters.
+    pub fn running_sandbox(&self, name: &str) -> Result<Arc<Sandboxed>, NotRunning> {
+        let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        let container = containers.iter().find(|c| c.name == name).ok_or(NotRunning::NoSuchContainer)?;
+        container.running.clone().ok_or(NotRunning::NotRunning)
+    }
+
+    /// The pod's UID.
+    pub fn uid(&self) -> &str {
+        &self.shared.uid
     }
 
     /// The log file of run `restart` of container `name`.
@@ -520,6 +544,7 @@ impl Shared {
         started_at: &str,
     ) -> (i32, bool) {
         self.with(index, |c| {
+            c.running = Some(sandbox.clone());
             c.state = json!({"running": {"startedAt": started_at}});
             c.started = !probes.has_startup();
             c.ready = !c.init && !probes.has_readiness() && c.started;
@@ -553,6 +578,7 @@ impl Shared {
                 }
             }
         };
+        self.with(index, |c| c.running = None);
         if let Some(probing) = probing {
             probing.abort();
         }

@@ -9,6 +9,7 @@ mod images;
 mod quick_start;
 mod rootfs;
 mod sandbox;
+mod streams;
 mod tenant_policy;
 mod up;
 mod workload_identity;

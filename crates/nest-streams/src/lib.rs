@@ -1,0 +1,19 @@
+//! The streaming protocols of the kubelet API — what `kubectl exec`, `attach` and `port-forward` speak to a node —
+//! written once, for the node that serves them (the API server only splices bytes between client and node, as
+//! kube-apiserver's `UpgradeAwareHandler` does). Start with [`handshake::accept`], then
+//! [`remotecommand::serve`].
+//!
+//! - [`channel`]: Kubernetes' channel protocol over WebSocket (`channel.k8s.io` … `v5.channel.k8s.io`, and the
+//!   `base64.` forms): a channel number per message, v5's close signal;
+//! - [`handshake`]: the server's half of the WebSocket handshake, choosing the channel protocol;
+//! - [`remotecommand`]: exec and attach sessions: stdin, stdout, stderr, resize, and the error channel's `Status`.
+//!
+//! Everything read from a client is bounded (a message by [`handshake::MAX_MESSAGE`], queues by count): a hostile
+//! peer's garbage ends its own stream with an error, never a panic or an unbounded buffer.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod channel;
+pub mod handshake;
+pub mod remotecommand;
