@@ -34,7 +34,7 @@ pub fn management_with(service_cidr: &str, pod_cidr: &str, node_dir: &Path, mana
             "--name",
             "host",
             "--runtime",
-            "both",
+            "process",
             "--pod-cidr",
             pod_cidr,
             "--data-dir",
