@@ -165,7 +165,27 @@ pub(crate) struct Context {
     runtime: Option<Arc<process::Runtime>>,
     /// How each pod of a `process` node is run, by UID, once chosen: a pod keeps its handler for its life, as its
     /// sandbox does, even if its RuntimeClass goes away.
-    handlers: Mutex<std::collections::HashMap<String, Handler>>,
+    handlers: Mutex<std::collections::HashMap<String, Chosen>>,
+}
+
+/// A pod's handler, and its `namespace/name` (for the kubelet API, which names pods so).
+#[derive(Clone, Debug)]
+struct Chosen {
+    handler: Handler,
+    pod: String,
+}
+
+impl Context {
+    /// Whether this node simulates pod `namespace/name`: a `simulated` node every pod, a `process` node those of a
+    /// RuntimeClass with handler [`SIMULATED_HANDLER`].
+    pub(crate) fn simulates(&self, namespace: &str, name: &str) -> bool {
+        if self.runtime.is_none() {
+            return true;
+        }
+        let pod = format!("{namespace}/{name}");
+        let handlers = self.handlers.lock().unwrap_or_else(|p| p.into_inner());
+        handlers.values().any(|c| c.handler == Handler::Simulated && c.pod == pod)
+    }
 }
 
 pub(crate) use nest_core::clock::{now, rfc3339_now};
@@ -414,13 +434,14 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, kube:
     if runtime.knows(&uid) {
         return process_reconcile(&pod, &context, &runtime).await;
     }
-    let chosen = context.handlers.lock().unwrap_or_else(|p| p.into_inner()).get(&uid).copied();
+    let chosen = context.handlers.lock().unwrap_or_else(|p| p.into_inner()).get(&uid).map(|c| c.handler);
     let chosen = match chosen {
         Some(chosen) => chosen,
         None => match handler(&pod, &context).await? {
-            Ok(chosen) => {
-                context.handlers.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.clone(), chosen);
-                chosen
+            Ok(handler) => {
+                let pod = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+                context.handlers.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.clone(), Chosen { handler, pod });
+                handler
             }
             Err(message) => return no_sandbox(&pod, &context, &message).await,
         },

@@ -132,6 +132,10 @@ spec:
 "#,
         mirror.address
     );
+    // The syncer makes RuntimeClass nest-simulated in the tenant once it follows it.
+    eventually(60, "RuntimeClass nest-simulated in demo", || {
+        kubectl(&demo, cache.path(), &["get", "runtimeclass", "nest-simulated"]).status.success()
+    });
     let file = cache.path().join("mirrored.yaml");
     std::fs::write(&file, mirrored).unwrap();
     let applied = kubectl(&demo, cache.path(), &["apply", "-f", file.to_str().unwrap()]);
