@@ -162,7 +162,16 @@ pub fn demo_tenant(data: &Path, cache: &Path) -> std::path::PathBuf {
         .unwrap();
     assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
     std::fs::write(&demo, &written.stdout).unwrap();
+    wait_for_simulation_class(&demo, cache);
     demo
+}
+
+/// Waits for RuntimeClass `nest-simulated` in the cluster of `kubeconfig`: the syncer makes it in a tenant a moment
+/// after it starts following the tenant, and pods naming it are refused until then.
+pub fn wait_for_simulation_class(kubeconfig: &Path, cache: &Path) {
+    super::eventually(60, "RuntimeClass nest-simulated", || {
+        kubectl(kubeconfig, cache, &["get", "runtimeclass", "nest-simulated"]).status.success()
+    });
 }
 
 /// The pod network namespaces on this machine (`/run/netns/nest-*`): none may outlive the `nest up` that made them.
