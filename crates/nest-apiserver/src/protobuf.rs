@@ -10,7 +10,9 @@
 //!
 //! Responses are always JSON: every client that sends protobuf also accepts JSON.
 
-use k8s_pb::api::{apps, batch, coordination, core, discovery, events, networking, policy, rbac, scheduling, storage};
+use k8s_pb::api::{
+    apps, batch, coordination, core, discovery, events, networking, node, policy, rbac, scheduling, storage,
+};
 use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions;
 use nest_openapi::KindSchema;
 use nest_registry::{ApiError, Result};
@@ -69,6 +71,7 @@ messages!(
     ("events.k8s.io", "v1", "Event", events::v1::Event),
     ("policy", "v1", "PodDisruptionBudget", policy::v1::PodDisruptionBudget),
     ("scheduling.k8s.io", "v1", "PriorityClass", scheduling::v1::PriorityClass),
+    ("node.k8s.io", "v1", "RuntimeClass", node::v1::RuntimeClass),
     (
         "certificates.k8s.io",
         "v1",

@@ -10,7 +10,7 @@ pub const SYNCER_USER: &str = "nest:syncer";
 
 /// What the syncer does in a tenant: read everything it syncs, bind pods to virtual nodes and report their status,
 /// remove pods whose super pod is gone, keep virtual nodes and their Leases, copy Events, volumes and the shared
-/// classes up, write what flows up onto the objects it syncs, and ask for pods' ServiceAccount tokens. (A custom
+/// classes up, make RuntimeClass nest-simulated, write what flows up onto the objects it syncs, and ask for pods' ServiceAccount tokens. (A custom
 /// kind synced with `--sync-resource` gets its status up through `*/status`; labels flowing up onto its objects
 /// need a binding the platform admin adds.)
 pub fn tenant_syncer_rules() -> Value {
@@ -30,6 +30,8 @@ pub fn tenant_syncer_rules() -> Value {
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": write},
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": write},
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": write},
+        // RuntimeClass nest-simulated, made once: a tenant's pods ask for simulation by it (nest_client::runtime_classes).
+        {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["create"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": write},
     ])
 }

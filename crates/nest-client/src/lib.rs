@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod events;
+pub mod runtime_classes;
 pub mod supervise;
 pub mod taints;
 

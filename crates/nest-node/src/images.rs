@@ -161,13 +161,30 @@ impl Image {
     }
 }
 
-/// The full form of `reference` (registry, repository, tag or digest), as the store names images; `busybox` is
-/// `docker.io/library/busybox:latest`.
+/// The full form of `reference` as containerd normalizes it (`ParseDockerRef`): the one place references are
+/// named, for the store, pulls and containers' statuses. `busybox` is `docker.io/library/busybox:latest`,
+/// `user/app` is `docker.io/user/app:latest`, `index.docker.io/…` is `docker.io/…`, and a reference with a digest
+/// keeps the digest alone (`nginx:1.27@sha256:…` is `docker.io/library/nginx@sha256:…`). oci-client's parser
+/// (the distribution grammar) does all but the last.
 pub fn normalize(reference: &str) -> Result<String, ImageError> {
     let parsed: oci_client::Reference = reference
         .parse()
         .map_err(|e: oci_client::ParseError| ImageError::Reference(reference.into(), e.to_string()))?;
+    if let (Some(_), Some(digest)) = (parsed.tag(), parsed.digest()) {
+        let by_digest = oci_client::Reference::with_digest(
+            parsed.registry().to_string(),
+            parsed.repository().to_string(),
+            digest.to_string(),
+        );
+        return Ok(by_digest.whole());
+    }
     Ok(parsed.whole())
+}
+
+/// A container's `image` as the kubelet reports it from containerd: the normalized reference, or the text as given
+/// when it is none (a waiting container whose reference does not parse).
+pub fn reported(reference: &str) -> String {
+    normalize(reference).unwrap_or_else(|_| reference.to_string())
 }
 
 /// `sha256:<hex>` of `bytes`.
@@ -421,23 +438,19 @@ impl Store {
     /// Pulls `reference` from its registry into the store (blobs it holds already are not fetched again); returns
     /// the image. `insecure` registries are spoken to over plain HTTP.
     pub async fn pull(&self, reference: &str, auth: &Auth, insecure: &[String]) -> Result<Image, ImageError> {
-        self.pull_through(reference, auth, insecure, None).await
+        self.pull_through(reference, auth, &Via { insecure: insecure.to_vec(), ..Via::default() }).await
     }
 
-    /// [`Store::pull`], making every connection through the HTTP proxy `proxy` when given (the node's
-    /// [guard](crate::registries::guard), for registries the admin did not name).
-    pub async fn pull_through(
-        &self,
-        reference: &str,
-        auth: &Auth,
-        insecure: &[String],
-        proxy: Option<&str>,
-    ) -> Result<Image, ImageError> {
+    /// [`Store::pull`], the way `via` says: from a mirror, through a proxy, with the TLS settings of the host.
+    pub async fn pull_through(&self, reference: &str, auth: &Auth, via: &Via) -> Result<Image, ImageError> {
         let whole = normalize(reference)?;
-        let parsed: oci_client::Reference = whole
+        let mut parsed: oci_client::Reference = whole
             .parse()
             .map_err(|e: oci_client::ParseError| ImageError::Reference(reference.into(), e.to_string()))?;
-        let client = registry_client(insecure, proxy)?;
+        if let Some(mirror) = &via.mirror {
+            parsed.set_mirror_registry(mirror.clone());
+        }
+        let client = registry_client(via)?;
         let auth = auth.for_registry(parsed.resolve_registry());
         let asked = parsed.resolve_registry().to_string();
         let registry = |e: oci_client::errors::OciDistributionError| ImageError::Registry {
@@ -474,11 +487,14 @@ impl Store {
                         .is_some_and(|p| p.os().to_string() == "linux" && p.architecture().to_string() == arch)
                 })
                 .ok_or_else(|| ImageError::Answer(format!("{whole}: no image for linux/{arch}")))?;
-            let by_digest = oci_client::Reference::with_digest(
+            let mut by_digest = oci_client::Reference::with_digest(
                 parsed.registry().to_string(),
                 parsed.repository().to_string(),
                 chosen.digest().to_string(),
             );
+            if let Some(mirror) = &via.mirror {
+                by_digest.set_mirror_registry(mirror.clone());
+            }
             (bytes, digest) = client.pull_manifest_raw(&by_digest, &auth, &accepted).await.map_err(registry)?;
         }
         if digest_of(&bytes) != digest {
@@ -764,16 +780,39 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Capped<W> {
 
 /// A client for registries, speaking plain HTTP to `insecure` ones (`host:port`), making every connection through
 /// the HTTP proxy `proxy` when given (else as the environment says: `HTTPS_PROXY`).
-fn registry_client(insecure: &[String], proxy: Option<&str>) -> Result<oci_client::Client, ImageError> {
+fn registry_client(via: &Via) -> Result<oci_client::Client, ImageError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let certificate = |pem: &Vec<u8>| oci_client::client::Certificate {
+        encoding: oci_client::client::CertificateEncoding::Pem,
+        data: pem.clone(),
+    };
     let config = oci_client::client::ClientConfig {
-        protocol: oci_client::client::ClientProtocol::HttpsExcept(insecure.to_vec()),
-        https_proxy: proxy.map(str::to_string),
-        http_proxy: proxy.map(str::to_string),
+        protocol: oci_client::client::ClientProtocol::HttpsExcept(via.insecure.clone()),
+        https_proxy: via.proxy.clone(),
+        http_proxy: via.proxy.clone(),
+        extra_root_certificates: via.ca.iter().map(certificate).collect(),
+        accept_invalid_certificates: via.skip_verify,
         ..Default::default()
     };
     // Not `Client::new`, which makes a client without the proxy when the configuration fails.
     oci_client::Client::try_from(config).map_err(|e| ImageError::Invalid(format!("making the registry client: {e}")))
+}
+
+/// How a pull reaches its registry.
+#[derive(Clone, Debug, Default)]
+pub struct Via {
+    /// A mirror (`HOST[:PORT]`) asked instead of the reference's registry, which it is told with `?ns=` as
+    /// containerd tells it.
+    pub mirror: Option<String>,
+    /// Registries (`HOST[:PORT]`) spoken to over plain HTTP.
+    pub insecure: Vec<String>,
+    /// The HTTP proxy every connection goes through (the node's [guard](crate::registries::guard), for registries
+    /// the admin did not name).
+    pub proxy: Option<String>,
+    /// CA certificates (PEM) trusted besides the system's.
+    pub ca: Vec<Vec<u8>>,
+    /// Whether the registry's certificate goes unchecked.
+    pub skip_verify: bool,
 }
 
 /// Credentials for registries, by registry host, as `imagePullSecrets` give them.
@@ -879,7 +918,7 @@ pub async fn push(archive: &Path, reference: &str, insecure: &[String]) -> Resul
     let whole = normalize(reference)?;
     let target: oci_client::Reference =
         whole.parse().map_err(|e: oci_client::ParseError| ImageError::Reference(reference.into(), e.to_string()))?;
-    let client = registry_client(insecure, None)?;
+    let client = registry_client(&Via { insecure: insecure.to_vec(), ..Via::default() })?;
     let asked = target.resolve_registry().to_string();
     let registry = |e: oci_client::errors::OciDistributionError| ImageError::Registry {
         registry: asked.clone(),
@@ -1062,7 +1101,10 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let store = Store::open(dir.path()).unwrap();
             let reference = format!("127.0.0.1:{port}/x:1");
-            let error = store.pull_through(&reference, &Auth::default(), &[], Some(&guard.url())).await.unwrap_err();
+            let error = store
+                .pull_through(&reference, &Auth::default(), &Via { proxy: Some(guard.url()), ..Via::default() })
+                .await
+                .unwrap_err();
             assert_eq!(error.failure(), PullFailure::Unreachable, "{error}");
             assert_eq!(offered.load(std::sync::atomic::Ordering::SeqCst), 0, "the client went around the guard");
             // Without the guard the same pull reaches the service: the count above means something.
@@ -1072,10 +1114,28 @@ mod tests {
     }
 
     #[test]
-    fn references_are_named_in_full() {
-        assert_eq!(normalize("busybox").unwrap(), "docker.io/library/busybox:latest");
-        assert_eq!(normalize("127.0.0.1:5000/tools/echo:v1").unwrap(), "127.0.0.1:5000/tools/echo:v1");
-        assert!(normalize("not an image").is_err() && normalize("x:").is_err());
+    fn references_are_named_in_full_as_containerd_names_them() {
+        let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let table: &[(&str, String)] = &[
+            ("busybox", "docker.io/library/busybox:latest".into()),
+            ("nginx:1.27", "docker.io/library/nginx:1.27".into()),
+            ("user/app", "docker.io/user/app:latest".into()),
+            ("docker.io/nginx", "docker.io/library/nginx:latest".into()),
+            ("index.docker.io/library/nginx", "docker.io/library/nginx:latest".into()),
+            ("docker.io/library/nginx:latest", "docker.io/library/nginx:latest".into()),
+            ("ghcr.io/org/app", "ghcr.io/org/app:latest".into()),
+            ("localhost/app:1", "localhost/app:1".into()),
+            ("127.0.0.1:5000/tools/echo:v1", "127.0.0.1:5000/tools/echo:v1".into()),
+            (&format!("nginx@{digest}"), format!("docker.io/library/nginx@{digest}")),
+            // A tag beside a digest is dropped: the digest names the image (containerd's `ParseDockerRef`).
+            (&format!("nginx:1.27@{digest}"), format!("docker.io/library/nginx@{digest}")),
+        ];
+        for (reference, whole) in table {
+            assert_eq!(&normalize(reference).unwrap(), whole, "{reference}");
+        }
+        for bad in ["not an image", "x:", "Nginx", "nginx@sha256:short", ""] {
+            assert!(normalize(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

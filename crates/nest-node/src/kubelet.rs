@@ -4,7 +4,7 @@
 //!
 //! - `GET /containerLogs/<namespace>/<pod>/<container>` with `follow`, `tailLines`, `sinceSeconds`, `timestamps`,
 //!   `previous` and `limitBytes`, as the kubelet does: a process's output from its log file; a simulated pod's is one
-//!   line saying it is simulated;
+//!   line saying it is simulated; a pod whose processes have not started (its image not pulled) has none (400);
 //! - `/exec/<namespace>/<pod>/<container>`: a command in a running container, over a WebSocket
 //!   ([`crate::streaming`]);
 //! - `GET /healthz`.
@@ -104,8 +104,16 @@ async fn handle(context: &Context, request: Request<hyper::body::Incoming>) -> R
         Ok(options) => options,
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
-    let Some(runtime) = &context.runtime else { return simulated(&context.options.name, namespace, pod) };
-    let Some(run) = runtime.find(namespace, pod) else { return simulated(&context.options.name, namespace, pod) };
+    if context.simulates(namespace, pod) {
+        return simulated(&context.options.name, namespace, pod);
+    }
+    let Some(run) = context.runtime.as_ref().and_then(|runtime| runtime.find(namespace, pod)) else {
+        // Not started (its image is being pulled, or cannot be): no output yet, as the kubelet answers.
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("container {container:?} in pod {pod:?} is waiting to start: no process runs yet\n"),
+        );
+    };
     let Some(restarts) = run.restart_count(container) else {
         return text(StatusCode::BAD_REQUEST, format!("container {container:?} is not valid for pod {pod:?}\n"));
     };

@@ -3,12 +3,15 @@
 //!
 //! - [`simulated`], in the manner of kwok: pods are reported Running and Ready after a delay without running anything,
 //!   and annotations declare what they do (finish, fail readiness, take time to stop);
-//! - [`process`]: a pod whose every image is on the node's [`allowlist`] runs as real processes, one per container,
-//!   with its own loopback address, volumes written to disk, probes, restarts and logs.
+//! - [`process`]: pods run as real processes, one per container, in sandboxes of their own, from images the node's
+//!   store holds or pulls (or host executables the [`allowlist`] maps images to), with volumes written to disk,
+//!   probes, restarts and logs.
 //!
-//! A `both` node runs a pod as processes when it can and simulates it otherwise; a `process` node refuses pods it
-//! cannot run (`ImageNotAllowed`). Either way a deleted pod is stopped as the kubelet stops one, within its grace
-//! period, and then removed from the API server.
+//! A `process` node never reports Running what it does not run: an image no source gives leaves the pod waiting
+//! (`ErrImagePull`, then `ImagePullBackOff`). It simulates only the pods that ask for it, by a RuntimeClass whose
+//! handler is [`SIMULATED_HANDLER`] ([`handler`]), as a kubelet runs a pod with its RuntimeClass's handler. Either
+//! way a deleted pod is stopped as the kubelet stops one, within its grace period, and then removed from the API
+//! server.
 //!
 //! Start with [`run`] and [`Options`].
 
@@ -17,6 +20,7 @@ pub mod allowlist;
 pub mod events;
 pub mod expand;
 pub mod firewall;
+pub mod hosts;
 pub mod images;
 pub mod kubelet;
 pub mod network;
@@ -45,7 +49,7 @@ use serde_json::json;
 
 pub use simulated::{EXIT_CODE_ANNOTATION, READY_ANNOTATION, STOP_SECONDS_ANNOTATION};
 
-/// The label naming a node's runtime: `simulated`, `process` or `both`.
+/// The label naming a node's runtime: `simulated` or `process`.
 pub const RUNTIME_LABEL: &str = "nest.dev/runtime";
 
 /// Which runtime a node runs pods with.
@@ -53,11 +57,15 @@ pub const RUNTIME_LABEL: &str = "nest.dev/runtime";
 pub enum Mode {
     /// Every pod simulated.
     Simulated,
-    /// Every pod as processes; pods with other images are refused.
+    /// Every pod as processes, but those whose RuntimeClass's handler is [`SIMULATED_HANDLER`].
     Process,
-    /// Pods as processes when every image is allowed, simulated otherwise.
-    Both,
 }
+
+/// The RuntimeClass handler a `process` node simulates pods with (RuntimeClass `nest-simulated`,
+/// [`nest_client::runtime_classes`]).
+pub use nest_client::runtime_classes::SIMULATED_HANDLER;
+/// The handler a `process` node runs pods with: containerd's default handler's name.
+pub const PROCESS_HANDLER: &str = "runc";
 
 impl Mode {
     /// The value of [`RUNTIME_LABEL`].
@@ -65,7 +73,6 @@ impl Mode {
         match self {
             Mode::Simulated => "simulated",
             Mode::Process => "process",
-            Mode::Both => "both",
         }
     }
 }
@@ -76,8 +83,7 @@ impl std::str::FromStr for Mode {
         match text {
             "simulated" => Ok(Mode::Simulated),
             "process" => Ok(Mode::Process),
-            "both" => Ok(Mode::Both),
-            _ => Err(format!("{text:?}: expected simulated, process or both")),
+            _ => Err(format!("{text:?}: expected simulated or process")),
         }
     }
 }
@@ -118,7 +124,7 @@ impl Options {
     pub fn numbered(name: String, index: u8, mode: Mode, data_dir: &std::path::Path) -> Options {
         let pod_cidr = match mode {
             Mode::Simulated => format!("10.244.{index}.0/24"),
-            Mode::Process | Mode::Both => format!("10.{}.0.0/16", index.saturating_add(128)),
+            Mode::Process => format!("10.{}.0.0/16", index.saturating_add(128)),
         };
         // A loopback address of its own, where its kubelet API listens.
         let address = format!("127.0.1.{}", index.saturating_add(1));
@@ -130,7 +136,9 @@ impl Options {
                 crash_backoff: Duration::from_secs(10),
                 oci_runtime: "runc".into(),
                 init: nest.clone(),
-                pull_from: Vec::new(),
+                // Any registry, but none of this machine's that the admin did not name.
+                pull_from: vec!["*".into()],
+                hosts: hosts::Hosts::default(),
                 node: name.clone(),
                 image_size_limit: images::DEFAULT_SIZE_LIMIT,
                 tenant_share: process::tenants::Share::default(),
@@ -156,6 +164,29 @@ pub(crate) struct Context {
     options: Options,
     addresses: Mutex<addresses::Pool>,
     runtime: Option<Arc<process::Runtime>>,
+    /// How each pod of a `process` node is run, by UID, once chosen: a pod keeps its handler for its life, as its
+    /// sandbox does, even if its RuntimeClass goes away.
+    handlers: Mutex<std::collections::HashMap<String, Chosen>>,
+}
+
+/// A pod's handler, and its `namespace/name` (for the kubelet API, which names pods so).
+#[derive(Clone, Debug)]
+struct Chosen {
+    handler: Handler,
+    pod: String,
+}
+
+impl Context {
+    /// Whether this node simulates pod `namespace/name`: a `simulated` node every pod, a `process` node those of a
+    /// RuntimeClass with handler [`SIMULATED_HANDLER`].
+    pub(crate) fn simulates(&self, namespace: &str, name: &str) -> bool {
+        if self.runtime.is_none() {
+            return true;
+        }
+        let pod = format!("{namespace}/{name}");
+        let handlers = self.handlers.lock().unwrap_or_else(|p| p.into_inner());
+        handlers.values().any(|c| c.handler == Handler::Simulated && c.pod == pod)
+    }
 }
 
 pub(crate) use nest_core::clock::{now, rfc3339_now};
@@ -174,7 +205,7 @@ pub async fn run(
     let mut walls = None;
     let runtime = match options.mode {
         Mode::Simulated => None,
-        Mode::Process | Mode::Both => {
+        Mode::Process => {
             let network = network::Network::for_range(&options.name, &options.pod_cidr)?;
             network.prepare(&options.shared).await?;
             if let network::Network::Bridged(bridge) = &network {
@@ -214,6 +245,7 @@ pub async fn run(
         options: options.clone(),
         addresses: Mutex::new(pool),
         runtime: runtime.clone(),
+        handlers: Mutex::new(Default::default()),
     });
     // The pod loop, and the sweep beside it, each in a task of its own that starts again if it panics, so that one
     // pod (of any tenant) that trips a bug can neither stop the node nor take every pod's processes with it.
@@ -279,6 +311,7 @@ async fn sweep(context: &Context) {
         let Ok(list) = Api::<Pod>::all(context.client.clone()).list_metadata(&mine).await else { continue };
         let live: BTreeSet<String> = list.items.iter().filter_map(|p| p.uid()).collect();
         context.addresses.lock().unwrap_or_else(|p| p.into_inner()).retain(&live, listed);
+        context.handlers.lock().unwrap_or_else(|p| p.into_inner()).retain(|uid, _| live.contains(uid));
         if let Some(runtime) = &context.runtime {
             runtime.keep_only(&live, listed).await;
         }
@@ -402,11 +435,68 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, kube:
     if runtime.knows(&uid) {
         return process_reconcile(&pod, &context, &runtime).await;
     }
-    match runtime.sources(&pod) {
-        Ok(_) => process_reconcile(&pod, &context, &runtime).await,
-        Err(_) if context.options.mode == Mode::Both => simulated::reconcile(&pod, &context).await,
-        Err(image) => refuse(&pod, &context, &image).await,
+    let chosen = context.handlers.lock().unwrap_or_else(|p| p.into_inner()).get(&uid).map(|c| c.handler);
+    let chosen = match chosen {
+        Some(chosen) => chosen,
+        None => match handler(&pod, &context).await? {
+            Ok(handler) => {
+                let pod = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+                context.handlers.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.clone(), Chosen { handler, pod });
+                handler
+            }
+            Err(message) => return no_sandbox(&pod, &context, &message).await,
+        },
+    };
+    if chosen == Handler::Simulated {
+        return simulated::reconcile(&pod, &context).await;
     }
+    process_reconcile(&pod, &context, &runtime).await
+}
+
+/// How a `process` node runs a pod: the handler of its RuntimeClass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Handler {
+    /// As processes (no RuntimeClass, or one with handler [`PROCESS_HANDLER`]).
+    Process,
+    /// Simulated (handler [`SIMULATED_HANDLER`]).
+    Simulated,
+}
+
+/// The handler of the pod's RuntimeClass, as the kubelet's runtime class manager looks it up
+/// (`pkg/kubelet/runtimeclass`, 1.33) before it makes the pod's sandbox; or why the sandbox cannot be made: the
+/// class is missing (`runtimeclass.node.k8s.io "<name>" not found`) or names a handler this node lacks (containerd's
+/// `no runtime for "<handler>" is configured`).
+async fn handler(pod: &Pod, context: &Context) -> Result<Result<Handler, String>, kube::Error> {
+    use k8s_openapi::api::node::v1::RuntimeClass;
+    let Some(name) = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref()).filter(|n| !n.is_empty()) else {
+        return Ok(Ok(Handler::Process));
+    };
+    let classes: Api<RuntimeClass> = Api::all(context.client.clone());
+    let Some(class) = classes.get_opt(name).await? else {
+        return Ok(Err(format!("runtimeclass.node.k8s.io {name:?} not found")));
+    };
+    Ok(match class.handler.as_str() {
+        SIMULATED_HANDLER => Ok(Handler::Simulated),
+        PROCESS_HANDLER => Ok(Handler::Process),
+        other => Err(format!("failed to get sandbox runtime: no runtime for {other:?} is configured")),
+    })
+}
+
+/// A pod whose sandbox cannot be made (its RuntimeClass): it waits in `ContainerCreating`, and the kubelet's
+/// `FailedCreatePodSandBox` Event says why, once for each new reason; looked at again every few seconds, since the
+/// class may come.
+async fn no_sandbox(pod: &Pod, context: &Context, why: &str) -> Result<Action, kube::Error> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        remove(pod, context).await?;
+        return Ok(Action::await_change());
+    }
+    let message = format!("Failed to create pod sandbox: {why}");
+    if waiting_message(pod) != Some(message.as_str()) {
+        let waiting = json!({"waiting": {"reason": "ContainerCreating", "message": message}});
+        report_waiting(pod, context, "", waiting).await?;
+        event(pod, context, "Warning", "FailedCreatePodSandBox", &message);
+    }
+    Ok(Action::requeue(Duration::from_secs(5)))
 }
 
 /// The pod's address: the one it has, else a free one of the node's range.
@@ -562,29 +652,6 @@ async fn report_waiting(pod: &Pod, context: &Context, ip: &str, waiting: serde_j
         Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
         Err(error) => Err(error),
     }
-}
-
-/// A pod a process-only node cannot run: its containers wait with `ImageNotAllowed`, and an event says why.
-async fn refuse(pod: &Pod, context: &Context, image: &str) -> Result<Action, kube::Error> {
-    if pod.metadata.deletion_timestamp.is_some() {
-        remove(pod, context).await?;
-        return Ok(Action::await_change());
-    }
-    const REASON: &str = "ImageNotAllowed";
-    let already =
-        pod.status.iter().flat_map(|s| s.container_statuses.iter().flatten()).any(|c| {
-            c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()) == Some(REASON)
-        });
-    if already {
-        return Ok(Action::await_change());
-    }
-    let message = format!(
-        "image {image:?} is not on the allowlist of node {} (it runs pods as processes only)",
-        context.options.name
-    );
-    report_waiting(pod, context, "", json!({"waiting": {"reason": REASON, "message": message}})).await?;
-    event(pod, context, "Warning", "Failed", &message);
-    Ok(Action::await_change())
 }
 
 /// The message of the pod's first container's waiting state, as last reported.

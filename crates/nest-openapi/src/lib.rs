@@ -129,6 +129,7 @@ kinds!(
     events::v1::Event,
     policy::v1::PodDisruptionBudget,
     scheduling::v1::PriorityClass,
+    k8s_openapi::api::node::v1::RuntimeClass,
     k8s_openapi::api::certificates::v1::CertificateSigningRequest,
     k8s_openapi::api::autoscaling::v1::Scale,
     k8s_openapi::api::authorization::v1::SelfSubjectAccessReview,

@@ -99,7 +99,9 @@ impl Default for Policy {
                 "node.kubernetes.io/instance-type",
             ]),
             scheduler_names: strings(&["default-scheduler"]),
-            runtime_classes: Vec::new(),
+            // Simulation, which runs nothing: a tenant's pod may ask for it (the syncer makes the class in every
+            // tenant cluster, and `nest up` in the management cluster).
+            runtime_classes: strings(&[nest_client::runtime_classes::SIMULATED]),
             priority_classes: Vec::new(),
             caps: ["configmaps", "secrets"]
                 .into_iter()
@@ -441,7 +443,7 @@ mod tests {
             ),
             (
                 json!({"runtimeClassName": "runc-privileged"}),
-                "spec.runtimeClassName: \"runc-privileged\" is not allowed by the management cluster's policy for tenants (allowed: none)",
+                "spec.runtimeClassName: \"runc-privileged\" is not allowed by the management cluster's policy for tenants (allowed: nest-simulated)",
             ),
         ];
         for (spec, expected) in cases {

@@ -473,6 +473,18 @@ async fn start(syncer: &Arc<Syncer>, found: &Found, api_server: (String, i32)) -
     let client = tenant_client(syncer, found).await?;
     client.apiserver_version().await?;
     let mut tasks = Vec::new();
+    // The RuntimeClass a tenant's pod asks for simulation by, in the tenant's own cluster as in the management
+    // cluster (where the super pod names the management cluster's class of the same name).
+    let (classes, key) = (client.clone(), found.key.clone());
+    tasks.push(tokio::spawn(async move {
+        for _ in 0..60 {
+            match nest_client::runtime_classes::ensure_simulated(&classes).await {
+                Ok(()) => return,
+                Err(error) => tracing::debug!(tenant = %key, %error, "making RuntimeClass nest-simulated"),
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        }
+    }));
     // Without the cluster's CA there is no kubelet endpoint: the tenant syncs, but its logs cannot be read.
     let kubelet_port = match crate::kubelet::start(syncer, &found.namespace, &found.cluster, &found.key).await {
         Ok((port, task)) => {

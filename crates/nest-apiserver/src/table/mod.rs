@@ -329,6 +329,13 @@ mod tests {
                 json!(["local (default)", "nest.dev/local", "Delete", "WaitForFirstConsumer", false]),
             ),
             (
+                "runtimeclasses",
+                ("node.k8s.io", "v1"),
+                json!({"metadata": {"name": "nest-simulated"}, "handler": "simulated"}),
+                &["Name", "Handler", "Age"],
+                json!(["nest-simulated", "simulated"]),
+            ),
+            (
                 "priorityclasses",
                 ("scheduling.k8s.io", "v1"),
                 json!({"metadata": {"name": "high"}, "value": 1000, "globalDefault": true, "preemptionPolicy": "Never"}),

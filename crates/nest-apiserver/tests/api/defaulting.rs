@@ -326,6 +326,11 @@ fn cases() -> Vec<(&'static str, Value, Value)> {
                    "value": 1000, "preemptionPolicy": "PreemptLowerPriority"}),
         ),
         (
+            "pkg/registry/node/runtimeclass/strategy.go: no defaults, no generation",
+            json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "rc"}, "handler": "runc"}),
+            json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "rc"}, "handler": "runc"}),
+        ),
+        (
             "pkg/apis/storage/v1/defaults.go SetDefaults_StorageClass",
             json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "sc"},
                    "provisioner": "example.com/p"}),

@@ -1,5 +1,6 @@
-//! The process runtime: a pod whose every image is on the node's [`allowlist`](crate::allowlist) runs as
-//! real processes, one per container, each in a sandbox of its own made by an OCI runtime ([`sandbox`]).
+//! The process runtime: a pod runs as real processes, one per container, each in a sandbox of its own made by an
+//! OCI runtime ([`sandbox`]), from its image (the node's store, or pulled: [`Runtime::sources`]) or from the host
+//! executable the node's [`allowlist`](crate::allowlist) maps its image to.
 //!
 //! - **Files.** Everything of pod `<uid>` lives in `<data>/pods/<uid>/`: `volumes/<name>/` (written by
 //!   [`prepare`]), `layers/<container>/` (the writable layer of a container of an image, [`layer`]),
@@ -55,6 +56,9 @@ pub struct Config {
     /// `http://host[:port]` for plain HTTP, `*` for any not of this machine); see [`crate::registries::PullFrom`]. A
     /// registry on this machine (loopback, its own addresses) only when named, never because a pod's image names it.
     pub pull_from: Vec<String>,
+    /// The admin's registry hosts: mirrors and per-host settings ([`crate::hosts`], `--registry-config`,
+    /// `--registry-mirror`), asked before a registry the pull-from list judges.
+    pub hosts: crate::hosts::Hosts,
     /// The node's name, as its Events give it.
     pub node: String,
     /// The most bytes an image may be, its blobs as pulled and its files once unpacked.
@@ -191,9 +195,9 @@ impl Runtime {
     }
 
     /// Where each of the pod's containers (init containers first) comes from: an image the store holds (unless its
-    /// pull policy is `Always`), an allowlisted executable, or an image to pull from a registry this node pulls from
-    /// (else the store's copy); or the first image none of these can give.
-    pub fn sources(&self, pod: &Pod) -> Result<Vec<Source>, String> {
+    /// pull policy is `Always`), else an allowlisted executable, else the image, to be pulled ([`Runtime::image`]
+    /// says whether it may be, and the pod is told `ErrImagePull` when it may not or no registry gives it).
+    pub fn sources(&self, pod: &Pod) -> Vec<Source> {
         let spec = pod.spec.clone().unwrap_or_default();
         spec.init_containers
             .iter()
@@ -204,18 +208,12 @@ impl Runtime {
                 let always = pull_policy(c) == "Always";
                 let stored = self.images.lookup(&image).is_some();
                 if stored && !always {
-                    return Ok(Source::Image(image));
+                    return Source::Image(image);
                 }
-                if let Some(program) = self.config.allowlist.executable(&image) {
-                    return Ok(Source::Host(program.to_path_buf()));
+                match self.config.allowlist.executable(&image) {
+                    Some(program) => Source::Host(program.to_path_buf()),
+                    None => Source::Image(image),
                 }
-                // A registry this node may pull from; or one of this machine's, which the node refuses with an
-                // ErrImagePull of its own rather than simulate.
-                let decision = self.decide(&image).map(|d| d.decision);
-                if stored || decision.is_some_and(|d| d.may_pull() || d == Decision::Internal) {
-                    return Ok(Source::Image(image));
-                }
-                Err(image)
             })
             .collect()
     }
@@ -245,7 +243,22 @@ impl Runtime {
         // A stored image pulled with credentials this pod does not hold is, for this pod, not present.
         let unverified = stored.as_ref().is_some_and(|found| !self.images.may_use(found, &auth));
         let decision = self.decide(image);
-        let pull = decision.clone().filter(|d| d.decision.may_pull());
+        // The admin's hosts for the image's registry (mirrors, a server in its stead), in the order they are asked;
+        // then the registry itself, when the admin's list lets the node pull from it.
+        let by_digest = image.contains('@');
+        let route = decision.as_ref().map(|d| self.config.hosts.route(&d.registry));
+        let mut admin: Vec<crate::hosts::Endpoint> = Vec::new();
+        if let Some(route) = &route {
+            admin.extend(route.mirrors.iter().filter(|m| m.serves(by_digest)).cloned());
+            if let crate::hosts::Upstream::Server(server) = &route.upstream
+                && server.serves(by_digest)
+            {
+                admin.push(server.clone());
+            }
+        }
+        let upstream = route.as_ref().is_some_and(|r| r.upstream == crate::hosts::Upstream::Registry);
+        let pull = decision.clone().filter(|d| d.decision.may_pull() && upstream);
+        let can_pull = pull.is_some() || !admin.is_empty();
         let about = crate::about(pod).container(&container.name, init);
         let uid = pod.uid().unwrap_or_default();
         let present = |found: crate::images::Image| async {
@@ -255,7 +268,7 @@ impl Runtime {
         };
         let pull_error = |message: String, reason| PrepareError::Pull { image: image.into(), message, reason };
         let never = "ErrImageNeverPull";
-        let pull = match (stored, pull) {
+        match (stored, can_pull) {
             (Some(_), _) if unverified && policy == "Never" => {
                 return Err(pull_error(
                     format!(
@@ -265,15 +278,15 @@ impl Runtime {
                     never,
                 ));
             }
-            (Some(found), pull) if !unverified && (policy != "Always" || pull.is_none()) => {
+            (Some(found), can_pull) if !unverified && (policy != "Always" || !can_pull) => {
                 return present(found).await;
             }
             (None, _) if policy == "Never" => {
                 let message = format!("Container image \"{image}\" is not present with pull policy of Never");
                 return Err(pull_error(message, never));
             }
-            (_, Some(pull)) => pull,
-            (stored, None) => {
+            (_, true) => {}
+            (stored, false) => {
                 // Refused before any connection: a registry the admin did not name, or one of this machine's. The
                 // pod backs off as after a failed pull, and is told the same whichever it was.
                 self.back_off(&uid, image);
@@ -287,8 +300,45 @@ impl Runtime {
                 }
                 return Err(pull_error(message, "ErrImagePull"));
             }
-        };
+        }
         let whole = crate::images::normalize(image).map_err(|e| pull_error(e.to_string(), "InvalidImageName"))?;
+        // What the pod is told names the registry as its reference does, never the admin's hosts.
+        let registry = decision.as_ref().map(|d| d.registry.clone()).unwrap_or_default();
+        let message = format!("Pulling image \"{image}\"");
+        crate::events::record(&self.events, &about, "Normal", "Pulling", &message);
+        let began = std::time::Instant::now();
+        let pulled = |pulled: crate::images::Image| {
+            self.pulls().remove(&uid);
+            let took = began.elapsed();
+            let size: i64 = pulled.layers.iter().map(|l| l.size() as i64).sum();
+            let message = format!(
+                "Successfully pulled image \"{image}\" in {took:.3?} ({took:.3?} including waiting). Image size: {size} bytes."
+            );
+            crate::events::record(&self.events, &about, "Normal", "Pulled", &message);
+            Ok(pulled)
+        };
+        let mut failure = crate::images::PullFailure::Unreachable;
+        for host in &admin {
+            let via = match via_host(host) {
+                Ok(via) => via,
+                Err(error) => {
+                    tracing::warn!(%error, registry = %host.host, "reading a registry host's CA certificates");
+                    failure = crate::images::PullFailure::Node;
+                    continue;
+                }
+            };
+            match self.images.pull_through(image, &auth, &via).await {
+                Ok(image) => return pulled(image),
+                Err(error) => {
+                    tracing::warn!(pod = %pod.name_any(), image, registry = %host.host, error = %chain(&error), "pulling an image from a registry host");
+                    failure = error.failure();
+                }
+            }
+        }
+        let Some(pull) = pull else {
+            self.back_off(&uid, image);
+            return Err(pull_error(failure.describe(&whole, &registry), "ErrImagePull"));
+        };
         // Any registry: not one whose name leads to this machine (`localhost.localdomain`, a name in /etc/hosts, a
         // DNS name of 127.0.0.1), asked just before the pull. The client resolves the name again: a name that
         // changes its answer in between is not caught here.
@@ -321,20 +371,9 @@ impl Runtime {
             },
             _ => None,
         };
-        let message = format!("Pulling image \"{image}\"");
-        crate::events::record(&self.events, &about, "Normal", "Pulling", &message);
-        let began = std::time::Instant::now();
-        match self.images.pull_through(image, &auth, &insecure, proxy.as_deref()).await {
-            Ok(pulled) => {
-                self.pulls().remove(&uid);
-                let took = began.elapsed();
-                let size: i64 = pulled.layers.iter().map(|l| l.size() as i64).sum();
-                let message = format!(
-                    "Successfully pulled image \"{image}\" in {took:.3?} ({took:.3?} including waiting). Image size: {size} bytes."
-                );
-                crate::events::record(&self.events, &about, "Normal", "Pulled", &message);
-                Ok(pulled)
-            }
+        let via = crate::images::Via { insecure, proxy, ..Default::default() };
+        match self.images.pull_through(image, &auth, &via).await {
+            Ok(image) => pulled(image),
             Err(error) => {
                 // The whole error for the node's admin; for the pod, what kind of failure it was, in fixed words.
                 tracing::warn!(pod = %pod.name_any(), image, error = %chain(&error), "pulling an image");
@@ -407,7 +446,7 @@ impl Runtime {
         let fresh = Freshness { written: std::time::Instant::now(), renew_tokens: sources.renew_tokens_at };
         self.renewals.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.clone(), fresh);
         let storage = storage::Limits::of(pod, &pod_dir, &claims_dir, &sources.claim_capacities)?;
-        let chosen = self.sources(pod).map_err(|image| PrepareError::Config(format!("image {image} not allowed")))?;
+        let chosen = self.sources(pod);
         let spec = pod.spec.clone().unwrap_or_default();
         let containers: Vec<_> = spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect();
         let base = self.sandboxes.base(pod)?;
@@ -699,6 +738,19 @@ fn holder(network: &crate::network::Network) -> impl Fn(std::net::IpAddr) -> boo
         };
         in_range || crate::registries::held_by_this_machine(ip)
     }
+}
+
+/// How a pull reaches one of the admin's registry hosts: directly (the admin chose it, so it may be on this
+/// machine), over plain HTTP or with the host's CA certificates.
+fn via_host(host: &crate::hosts::Endpoint) -> std::io::Result<crate::images::Via> {
+    let ca = host.ca.iter().map(std::fs::read).collect::<std::io::Result<Vec<_>>>()?;
+    Ok(crate::images::Via {
+        mirror: Some(host.host.clone()),
+        insecure: if host.plain_http { vec![host.host.clone()] } else { Vec::new() },
+        proxy: None,
+        ca,
+        skip_verify: host.skip_verify,
+    })
 }
 
 /// What the pod is told of a registry the node does not pull from.

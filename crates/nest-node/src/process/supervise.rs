@@ -119,7 +119,7 @@ impl PodRun {
             .zip(&launches)
             .map(|((c, init), launch)| Container {
                 name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
+                image: crate::images::reported(c.image.as_deref().unwrap_or_default()),
                 image_id: match &launch.image {
                     Some(image) => image.id.clone(),
                     None => format!("process://{}", c.image.as_deref().unwrap_or_default()),

@@ -15,6 +15,7 @@
 //! | DefaultTolerationSeconds | [`default_toleration_seconds`] | mutating |
 //! | DefaultStorageClass | [`default_storage_class`] | mutating |
 //! | StorageObjectInUseProtection | [`storage_object_in_use_protection`] | mutating |
+//! | RuntimeClass | [`runtime_class`] | mutating |
 //! | ResourceQuota | [`resource_quota`] | validating |
 //! | (who made a CertificateSigningRequest; always on) | [`certificate_requester`] | mutating |
 //!
@@ -30,6 +31,7 @@ pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;
 pub mod resource_quota;
+pub mod runtime_class;
 pub mod service_account;
 pub mod storage_object_in_use_protection;
 pub mod taint_nodes_by_condition;
@@ -38,7 +40,7 @@ pub mod taint_nodes_by_condition;
 pub use crate::chain::{Chain, Mutating, Operation, Request, UserInfo, Validating, Warnings};
 
 /// The admission plugins nest has, by kube-apiserver's names, in the order they run (upstream's recommended order).
-pub const PLUGINS: [&str; 11] = [
+pub const PLUGINS: [&str; 12] = [
     "NamespaceLifecycle",
     "LimitRanger",
     "ServiceAccount",
@@ -49,6 +51,7 @@ pub const PLUGINS: [&str; 11] = [
     "DefaultTolerationSeconds",
     "DefaultStorageClass",
     "StorageObjectInUseProtection",
+    "RuntimeClass",
     "ResourceQuota",
 ];
 
@@ -103,6 +106,7 @@ pub fn chain(plugins: &Plugins, pod_security: pod_security::Config) -> Chain {
         .mutating("DefaultTolerationSeconds", default_toleration_seconds::DefaultTolerationSeconds)
         .mutating("DefaultStorageClass", default_storage_class::DefaultStorageClass)
         .mutating("StorageObjectInUseProtection", storage_object_in_use_protection::StorageObjectInUseProtection)
+        .mutating("RuntimeClass", runtime_class::RuntimeClass)
         .validating("NamespaceLifecycle", namespace_lifecycle::NamespaceLifecycle::default())
         .validating("LimitRanger", limit_ranger::LimitRanger)
         .validating("ServiceAccount", service_account::ServiceAccount)
@@ -141,10 +145,10 @@ mod tests {
             "ServiceAccount in enable-admission-plugins and disable-admission-plugins overlapped"
         );
         let chain = chain(&off, Default::default());
-        // Six switched mutating plugins and the CSR requester, which is not a plugin one turns off.
-        assert_eq!((chain.mutating_names().len(), chain.validating_names().len()), (7, 5));
+        // Seven switched mutating plugins and the CSR requester, which is not a plugin one turns off.
+        assert_eq!((chain.mutating_names().len(), chain.validating_names().len()), (8, 5));
         assert!(!chain.mutating_names().contains(&"ServiceAccount"));
-        assert_eq!((standard().mutating_names().len(), standard().validating_names().len()), (8, 6));
+        assert_eq!((standard().mutating_names().len(), standard().validating_names().len()), (9, 6));
         assert_eq!(
             standard().validating_names(),
             ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "NodeRestriction", "PodSecurity", "ResourceQuota"]

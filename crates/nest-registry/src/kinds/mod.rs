@@ -22,6 +22,7 @@
 //! | LimitRange | [`limit_range`] |
 //! | StorageClass | [`storage_class`] |
 //! | PriorityClass (and the classes every cluster has) | [`priority_class`] |
+//! | RuntimeClass | [`runtime_class`] |
 //! | Lease | [`lease`] |
 //! | NetworkPolicy | [`network_policy`] |
 //! | what a new cluster starts with | [`bootstrap`] |
@@ -43,6 +44,7 @@ pub mod pod;
 pub mod pod_numbers;
 pub mod priority_class;
 pub mod rbac;
+pub mod runtime_class;
 pub mod service;
 pub mod storage_class;
 pub mod workload;
@@ -124,6 +126,7 @@ pub fn install() -> Kinds {
         kind(Builtin { group: "certificates.k8s.io", version: "v1", kind: "CertificateSigningRequest", plural: "certificatesigningrequests", namespaced: false, short: &["csr"], categories: &[], verbs: ALL, status: true, scale: None, subresources: certificate_signing_request::SUBRESOURCES, ..PLAIN }, certificate_signing_request::CertificateSigningRequest),
         kind(Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: &[], verbs: ALL, status: true, scale: None, created_status: Some(r#"{"disruptionsAllowed":0,"currentHealthy":0,"desiredHealthy":0,"expectedPods":0}"#), generation: true, ..PLAIN }, Generic),
         kind(Builtin { group: "scheduling.k8s.io", version: "v1", kind: "PriorityClass", plural: "priorityclasses", namespaced: false, short: &["pc"], categories: &[], verbs: ALL, status: false, scale: None, generation: true, ..PLAIN }, priority_class::PriorityClass),
+        kind(Builtin { group: "node.k8s.io", version: "v1", kind: "RuntimeClass", plural: "runtimeclasses", namespaced: false, short: &[], categories: &[], verbs: ALL, status: false, scale: None, ..PLAIN }, runtime_class::RuntimeClass),
         // Reviews (`kubectl auth can-i`, `whoami`): created and answered, never stored (nest-apiserver's reviews.rs).
         kind(Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", namespaced: false, verbs: &["create"], ..PLAIN }, Generic),
         kind(Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", namespaced: false, verbs: &["create"], ..PLAIN }, Generic),

@@ -30,7 +30,9 @@ pub struct Args {
     /// How often each node renews its Lease, in seconds (the Lease lasts four times as long).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     lease_seconds: u64,
-    /// How pods run: `simulated`, `process` (allowed images only) or `both` (processes where allowed, else simulated).
+    /// How pods run: `simulated` (every pod reported Running without running anything, for scale tests) or
+    /// `process` (every pod as processes, from its images; a pod whose RuntimeClass's handler is `simulated` is
+    /// simulated).
     #[arg(long, value_name = "RUNTIME", default_value = "simulated")]
     runtime: nest_node::Mode,
     /// Where the process runtime keeps pod files and claims (`<DIR>/<node name>/`).
@@ -63,19 +65,48 @@ pub struct Args {
     /// The OCI runtime every container of the process runtime runs in (runc, or one with its command line).
     #[arg(long, value_name = "EXECUTABLE", default_value = "runc")]
     oci_runtime: PathBuf,
-    /// A registry the node pulls images it lacks from, with a pod's `imagePullSecrets`; repeatable. `HOST[:PORT]`
-    /// over HTTPS, except a loopback host (`127.0.0.1:5000`, `localhost:5000`), over plain HTTP as Docker does;
-    /// `http://HOST[:PORT]` over plain HTTP; `*` for any registry not of this machine. Host and port name a registry
-    /// together (no port: the scheme's). A registry of this machine (loopback, its own addresses, its pods') is pulled
-    /// from only when named here, never because a pod's image names it.
-    #[arg(long, value_name = "REGISTRY", value_parser = nest_node::registries::check_entry)]
-    pull_from: Vec<String>,
+    #[command(flatten)]
+    registries: Registries,
     /// The most an image may be (a quantity, as `8Gi`): the sum of its blobs as pulled, and again its files once
     /// unpacked. A bigger one is not pulled, and its pod waits with `ErrImagePull`.
     #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = parse_bytes)]
     image_size_limit: u64,
     #[command(flatten)]
     tenant_share: TenantShare,
+}
+
+/// Where a node pulls images from, the flags of `nest node` and `nest up`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Registries {
+    /// A registry the node pulls images it lacks from, with a pod's `imagePullSecrets`; repeatable. `*` (the
+    /// default) is any registry not of this machine; naming registries restricts the node to them (add `*` to keep
+    /// the rest). `HOST[:PORT]` over HTTPS, except a loopback host (`127.0.0.1:5000`, `localhost:5000`), over plain
+    /// HTTP as Docker does; `http://HOST[:PORT]` over plain HTTP. Host and port name a registry together (no port:
+    /// the scheme's). A registry of this machine (loopback, its own addresses, its pods') is pulled from only when
+    /// named here, never because a pod's image names it.
+    #[arg(long, value_name = "REGISTRY", default_value = "*", value_parser = nest_node::registries::check_entry)]
+    pub pull_from: Vec<String>,
+    /// containerd's registry host directory (its `config_path`): `<DIR>/<registry host>/hosts.toml`, each with the
+    /// registry's mirrors (`[host."http://127.0.0.1:5000"]`, tried in order, then the registry itself or its
+    /// `server`), `capabilities`, `ca` and `skip_verify` per host. Hosts named here are the admin's: they may be on
+    /// this machine.
+    #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR")]
+    pub registry_config: Option<PathBuf>,
+    /// A mirror for a registry, `HOST=ENDPOINT` (`docker.io=http://127.0.0.1:5000`), asked before the registry
+    /// itself (and before the mirrors of --registry-config); repeatable, tried in the order given.
+    #[arg(long = "registry-mirror", value_name = "HOST=ENDPOINT", value_parser = nest_node::hosts::check_mirror)]
+    pub registry_mirrors: Vec<String>,
+}
+
+impl Registries {
+    /// The registry hosts these flags configure.
+    pub fn hosts(&self) -> anyhow::Result<nest_node::hosts::Hosts> {
+        let hosts = match &self.registry_config {
+            Some(dir) => nest_node::hosts::Hosts::load(dir)?,
+            None => nest_node::hosts::Hosts::default(),
+        };
+        Ok(hosts.with_mirrors(&self.registry_mirrors)?)
+    }
 }
 
 /// Each tenant's share of a node, the flags of `nest node` and `nest up`.
@@ -140,14 +171,15 @@ fn kubelet_tls(
 }
 
 /// The options of node `i` of `args`.
-fn options(args: &Args, i: u8) -> nest_node::Options {
+fn options(args: &Args, i: u8, hosts: &nest_node::hosts::Hosts) -> nest_node::Options {
     let name = if args.count == 1 { args.name.clone() } else { format!("{}-{i}", args.name) };
     let mut options = nest_node::Options::numbered(name, i, args.runtime, &args.data_dir);
     let defaults = std::mem::take(&mut options.process.allowlist.entries);
     options.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
     options.process.crash_backoff = Duration::from_secs(args.crash_backoff_seconds);
     options.process.oci_runtime = args.oci_runtime.clone();
-    options.process.pull_from = args.pull_from.clone();
+    options.process.pull_from = args.registries.pull_from.clone();
+    options.process.hosts = hosts.clone();
     options.process.image_size_limit = args.image_size_limit;
     options.process.tenant_share = args.tenant_share.share();
     if let Some(cidr) = &args.pod_cidr {
@@ -172,11 +204,12 @@ fn nth_range(cidr: &str, index: u8) -> Option<String> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    let hosts = args.registries.hosts()?;
     let nest_client::Connection { client, ca_pem } = nest_client::connect(&args.kubeconfig).await?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut all = Vec::new();
     for i in 0..args.count.max(1) {
-        let mut options = options(&args, i);
+        let mut options = options(&args, i, &hosts);
         if let Some(tls) = kubelet_tls(&args, &options, &ca_pem)? {
             options.kubelet = Some((tls, args.kubelet_port));
         }

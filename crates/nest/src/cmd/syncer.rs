@@ -58,7 +58,7 @@ pub struct Args {
     /// A scheduler tenants' pods may name besides default-scheduler; repeatable.
     #[arg(long = "allow-scheduler-name", value_name = "NAME")]
     allow_scheduler_names: Vec<String>,
-    /// A runtime class tenants' pods may name; repeatable.
+    /// A runtime class tenants' pods may name besides `nest-simulated`; repeatable.
     #[arg(long = "allow-runtime-class", value_name = "NAME")]
     allow_runtime_classes: Vec<String>,
     /// A priority class tenants' pods may name besides those labelled tenancy.nest.dev/public=true; repeatable.

@@ -29,10 +29,11 @@ pub struct Args {
     /// (`nest cluster create --pod-security`).
     #[arg(long, value_name = "LEVEL", default_value = "restricted", value_parser = super::syncer::parse_level)]
     pod_security_level: nest_syncer::tenants::PodSecurityLevel,
-    /// A registry the node pulls images from (`HOST[:PORT]`, `http://HOST[:PORT]` for plain HTTP, `*` for any not
-    /// of this machine); repeatable. A registry on this machine only when named here (see `nest node --help`).
-    #[arg(long, value_name = "REGISTRY", value_parser = nest_node::registries::check_entry)]
-    pull_from: Vec<String>,
+    /// Where the node pulls images from: any registry not of this machine unless `--pull-from` says otherwise, with
+    /// mirrors (`--registry-mirror docker.io=http://127.0.0.1:5000`, `--registry-config DIR` in containerd's
+    /// `hosts.toml` convention); see `nest node --help`.
+    #[command(flatten)]
+    registries: super::node::Registries,
     /// The most an image may be, pulled and unpacked (see `nest node --help`).
     #[arg(long, value_name = "BYTES", default_value = "8Gi", value_parser = super::node::parse_bytes)]
     image_size_limit: u64,
@@ -67,6 +68,18 @@ const MANAGEMENT_PAGE_CACHE: usize = 16 << 20;
 /// as root in its user namespace) run, while host namespaces, privileges, extra capabilities and host paths stay
 /// refused.
 const DEMO_POD_SECURITY: &str = "baseline";
+
+/// Makes RuntimeClass `nest-simulated` in the management cluster, trying again while the API server starts.
+async fn ensure_simulated_class(client: kube::Client) {
+    for _ in 0..120 {
+        match nest_client::runtime_classes::ensure_simulated(&client).await {
+            Ok(()) => return,
+            Err(error) => tracing::debug!(%error, "making RuntimeClass nest-simulated"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    tracing::warn!("RuntimeClass nest-simulated could not be made: pods naming it wait for it");
+}
 
 /// Creates the `demo` cluster once the manager has installed the CRDs, and marks the data directory so that it is
 /// created only once (a deleted demo stays deleted).
@@ -139,6 +152,8 @@ async fn component_roles(admin: &kube::Client) -> anyhow::Result<()> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // The registry configuration first: a mistake in it stops nest up before anything starts.
+    let hosts = args.registries.hosts()?;
     super::prerequisites::ensure(!args.no_install)?;
     nest_apiserver::certs::create_private_dir(&args.data_dir)?;
     // The API server reads from its watch cache; the store's page cache serves writes, and what it holds stays held
@@ -214,7 +229,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nest_node::proxy::run(proxy_client.clone(), vec![SERVICE_CIDR.to_string()])
     }));
     let mut node =
-        nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Both, &args.data_dir.join("nodes"));
+        nest_node::Options::numbered("nest-node-0".into(), 0, nest_node::Mode::Process, &args.data_dir.join("nodes"));
     // The node's bridge, before anything listens on its address: the syncer's kubelet endpoints, which tenants'
     // API servers (pods) reach there.
     let network = nest_node::network::Network::for_range(&node.name, &node.pod_cidr)?;
@@ -249,6 +264,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ..Default::default()
     };
     tokio::spawn(restarting("syncer", move || nest_syncer::run(syncer_client.clone(), syncing.clone())));
+    // The RuntimeClass pods ask for simulation with (the node simulates nothing else).
+    tokio::spawn(ensure_simulated_class(client.clone()));
     let marker = args.data_dir.join("demo-created");
     let demo = !args.no_demo && !marker.exists();
     if demo {
@@ -258,7 +275,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nest_apiserver::certs::issue_kubelet_serving(&args.data_dir.join("pki"), &node.name, &[node.address.parse()?])?;
     let defaults = std::mem::take(&mut node.process.allowlist.entries);
     node.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
-    node.process.pull_from = args.pull_from.clone();
+    node.process.pull_from = args.registries.pull_from.clone();
+    node.process.hosts = hosts;
     node.process.image_size_limit = args.image_size_limit;
     node.process.tenant_share = args.tenant_share.share();
     // Any free port: the API server finds it in the Node's status.

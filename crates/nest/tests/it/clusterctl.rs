@@ -68,7 +68,8 @@ fn the_manager_and_the_syncer_run_under_the_rbac_clusterctl_installs() {
     let dir = tempfile::tempdir().unwrap();
     // (The syncer's default: tenants' pods are admitted at Pod Security restricted in the management cluster.)
     let pod = dir.path().join("pod.yaml");
-    std::fs::write(&pod, common::RESTRICTED_POD).unwrap();
+    let simulated = common::RESTRICTED_POD.replace("spec:\n", "spec:\n  runtimeClassName: nest-simulated\n");
+    std::fs::write(&pod, simulated).unwrap();
     tenant_ok(&server, "t", dir.path(), &["create", "-f", pod.to_str().unwrap()]);
     eventually(120, "the tenant's pod Running", || {
         let out = tenant(&server, "t", dir.path(), &["get", "pod", "hardened", "-o", "jsonpath={.status.phase}"]);

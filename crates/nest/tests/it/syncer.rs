@@ -8,6 +8,7 @@ use std::path::Path;
 
 use crate::common::fixtures::{echo_deployment, widget_crd};
 use crate::common::management::{management, tenant, tenant_ok};
+use crate::common::up::simulated_deployment;
 use crate::common::{Cases, Component, Server, eventually};
 use serde_json::{Value, json};
 
@@ -116,7 +117,14 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
 
     // Three pods in a: in its super namespace, running on the super node; in a, Running on a virtual node of the
     // same name, which is Ready.
-    tenant_ok(&server, "a", dir, &["create", "deployment", "web", "--image=nginx", "--replicas=3"]);
+    // nginx pods that ask for simulation (RuntimeClass nest-simulated): this machine pulls no nginx.
+    let web = |replicas| simulated_deployment(dir, "web", replicas);
+    for name in ["a", "b"] {
+        eventually(60, "the syncer's RuntimeClass in the tenant", || {
+            tenant(&server, name, dir, &["get", "runtimeclass", "nest-simulated"]).status.success()
+        });
+    }
+    tenant_ok(&server, "a", dir, &["apply", "-f", &web(3)]);
     eventually(60, "a's pods running", || {
         running_on(&items(&tenant_json(&server, "a", dir, &["get", "pods"])), "host") == 3
     });
@@ -136,7 +144,7 @@ fn tenant_workloads_run_on_the_super_cluster_and_report_back() {
     assert_eq!(ready.map(|c| c["status"].clone()), Some(Value::from("True")), "{nodes:?}");
 
     // The same names in b: no collision, and b sees nothing of a.
-    tenant_ok(&server, "b", dir, &["create", "deployment", "web", "--image=nginx", "--replicas=1"]);
+    tenant_ok(&server, "b", dir, &["apply", "-f", &web(1)]);
     // Larger than what the syncer's caches keep of a ConfigMap's data (they keep its digest).
     let big = "x".repeat(4096);
     tenant_ok(
@@ -565,7 +573,11 @@ fn a_tenant_with_thousands_of_pods_does_not_starve_another() {
             .is_some_and(|ns| server.ok(&["get", "pods", "-n", &ns, "-o", "name"]).lines().count() >= 100)
     });
     let asked = std::time::Instant::now();
-    tenant_ok(&server, "quiet", dir, &["create", "deployment", "small", "--image=nginx", "--replicas=10"]);
+    let small = simulated_deployment(dir, "small", 10);
+    eventually(60, "the syncer's RuntimeClass in quiet", || {
+        tenant(&server, "quiet", dir, &["get", "runtimeclass", "nest-simulated"]).status.success()
+    });
+    tenant_ok(&server, "quiet", dir, &["apply", "-f", &small]);
     eventually(30, "quiet's ten pods Running", || {
         running_on(&items(&tenant_json(&server, "quiet", dir, &["get", "pods"])), "host") == 10
     });

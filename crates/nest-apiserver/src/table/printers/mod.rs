@@ -9,6 +9,7 @@ mod coordination;
 mod core;
 mod discovery;
 mod networking;
+mod node;
 mod policy;
 mod rbac;
 mod scheduling;
@@ -26,6 +27,7 @@ pub(super) fn of(group: &str, kind: &str) -> Option<&'static Printer> {
         "coordination.k8s.io" => coordination::of(kind),
         "discovery.k8s.io" => discovery::of(kind),
         "networking.k8s.io" => networking::of(kind),
+        "node.k8s.io" => node::of(kind),
         "policy" => policy::of(kind),
         "rbac.authorization.k8s.io" => rbac::of(kind),
         "scheduling.k8s.io" => scheduling::of(kind),

@@ -8,7 +8,8 @@ use serde_json::Value;
 use super::{Component, ControllerManager, KUBECTL, Server};
 
 /// A management cluster: API server (ClusterIPs in `service_cidr`), controller-manager, scheduler, proxy, manager,
-/// and a node running nest's image as processes with pods in `pod_cidr`.
+/// and a node running nest's image as processes with pods in `pod_cidr` (and simulating pods that ask for
+/// RuntimeClass `nest-simulated`, which it has, as `nest up`'s has).
 pub fn management(service_cidr: &str, pod_cidr: &str, node_dir: &Path) -> (Server, Vec<Component>) {
     management_with(service_cidr, pod_cidr, node_dir, true)
 }
@@ -17,6 +18,11 @@ pub fn management(service_cidr: &str, pod_cidr: &str, node_dir: &Path) -> (Serve
 /// installs it another way).
 pub fn management_with(service_cidr: &str, pod_cidr: &str, node_dir: &Path, manager: bool) -> (Server, Vec<Component>) {
     let server = Server::start_with(&["--service-cidr", service_cidr, "--enable-admission-plugins=ServiceAccount"]);
+    // What `nest up` makes: the RuntimeClass pods (tenants' too, through the syncer) ask for simulation by.
+    let class =
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: nest-simulated}\nhandler: simulated\n";
+    let made = server.kubectl_with_input(&["create", "-f", "-"], Some(class));
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     let ca_dir = server.data_dir().join("pki").display().to_string();
     let node_dir = node_dir.display().to_string();
     let mut components = vec![
@@ -34,7 +40,7 @@ pub fn management_with(service_cidr: &str, pod_cidr: &str, node_dir: &Path, mana
             "--name",
             "host",
             "--runtime",
-            "both",
+            "process",
             "--pod-cidr",
             pod_cidr,
             "--data-dir",

@@ -128,6 +128,19 @@ pub fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) -> std::process::
     Command::new(KUBECTL).args(args).env("KUBECONFIG", kubeconfig).env("KUBECACHEDIR", cache).output().unwrap()
 }
 
+/// A Deployment `name` of `replicas` nginx pods that ask for RuntimeClass `nest-simulated` (nest up's node runs
+/// nothing it cannot pull, and this machine pulls no nginx), written into `dir`; the file's path.
+pub fn simulated_deployment(dir: &Path, name: &str, replicas: u32) -> String {
+    let manifest = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: {replicas}\n  \
+         selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    \
+         spec:\n      runtimeClassName: nest-simulated\n      containers: [{{name: nginx, image: nginx}}]\n"
+    );
+    let file = dir.join(format!("{name}-deployment.yaml"));
+    std::fs::write(&file, manifest).unwrap();
+    file.display().to_string()
+}
+
 /// The processes on this machine whose command line contains `needle`: containers' programs, not the init each
 /// sandbox starts them with (whose command line names them too).
 pub fn processes_with(needle: &str) -> Vec<u32> {
@@ -160,7 +173,16 @@ pub fn demo_tenant(data: &Path, cache: &Path) -> std::path::PathBuf {
         .unwrap();
     assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
     std::fs::write(&demo, &written.stdout).unwrap();
+    wait_for_simulation_class(&demo, cache);
     demo
+}
+
+/// Waits for RuntimeClass `nest-simulated` in the cluster of `kubeconfig`: the syncer makes it in a tenant a moment
+/// after it starts following the tenant, and pods naming it are refused until then.
+pub fn wait_for_simulation_class(kubeconfig: &Path, cache: &Path) {
+    super::eventually(60, "RuntimeClass nest-simulated", || {
+        kubectl(kubeconfig, cache, &["get", "runtimeclass", "nest-simulated"]).status.success()
+    });
 }
 
 /// The pod network namespaces on this machine (`/run/netns/nest-*`): none may outlive the `nest up` that made them.

@@ -14,6 +14,7 @@ use std::process::Command;
 use crate::common::eventually;
 use crate::common::registry::{nest, nest_image, push, registry, registry_of};
 use crate::common::up::{demo_tenant, kubectl, processes_with, stop, up_with};
+use nest_testkit::Cases;
 
 fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
     let out = kubectl(kubeconfig, cache, &[args, &["-o", "json"]].concat());
@@ -40,9 +41,27 @@ fn nests_image_built_and_pushed_to_a_registry_is_pulled_and_runs_and_bad_referen
     let open = registry_of(work.path(), &private_storage, None);
     push(&archive, &format!("{}/team/app:v1", open.address));
 
-    // The node pulls from the two registries the pods name, and from a loopback port where nothing listens.
+    // A mirror for Docker Hub (issue 35), on loopback, sharing the first registry's storage: nest's image pushed
+    // there as Docker Hub's `library/echoer` is what the mirror serves for `echoer:v1`.
+    let mirror = registry_of(work.path(), &work.path().join("storage"), None);
+    let mirrored_digest = push(&archive, &format!("{}/library/echoer:v1", registry.address));
+
+    // The node pulls from the two registries the pods name, and from a loopback port where nothing listens; for
+    // Docker Hub, from the mirror first.
     let data = tempfile::tempdir().unwrap();
-    let pull_from = ["--pull-from", &registry.address, "--pull-from", &private.address, "--pull-from", "127.0.0.1:1"];
+    let mirror_flag = format!("docker.io=http://{}", mirror.address);
+    let pull_from = [
+        "--pull-from",
+        &registry.address,
+        "--pull-from",
+        &private.address,
+        "--pull-from",
+        "127.0.0.1:1",
+        "--pull-from",
+        "*",
+        "--registry-mirror",
+        &mirror_flag,
+    ];
     let (child, _) = up_with(data.path(), &pull_from);
     let admin = data.path().join("admin.kubeconfig");
     let demo = demo_tenant(data.path(), cache.path());
@@ -81,6 +100,126 @@ spec:
     std::fs::write(&file, manifest).unwrap();
     let applied = kubectl(&demo, cache.path(), &["apply", "-f", file.to_str().unwrap()]);
     assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+
+    // Images as a kubelet gets them (issue 35), each case on its own.
+    let mut cases = Cases::new();
+    let mirrored = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: mirrored}}
+spec:
+  containers: [{{name: main, image: "echoer:v1", args: [debug, http-echo, --listen, "127.0.0.1:0"]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: at-mirror}}
+spec:
+  containers: [{{name: main, image: "{}/library/echoer:v1", args: [debug, http-echo]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: absent}}
+spec:
+  containers: [{{name: main, image: nginx}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: simulated}}
+spec:
+  runtimeClassName: nest-simulated
+  containers: [{{name: main, image: nginx}}]
+"#,
+        mirror.address
+    );
+    // The syncer makes RuntimeClass nest-simulated in the tenant once it follows it.
+    eventually(60, "RuntimeClass nest-simulated in demo", || {
+        kubectl(&demo, cache.path(), &["get", "runtimeclass", "nest-simulated"]).status.success()
+    });
+    let file = cache.path().join("mirrored.yaml");
+    std::fs::write(&file, mirrored).unwrap();
+    let applied = kubectl(&demo, cache.path(), &["apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let events_of = |pod: &str| {
+        let selector = format!("involvedObject.name={pod}");
+        let events = json(&demo, cache.path(), &["get", "events", "--field-selector", &selector]);
+        let items = events["items"].as_array().cloned().unwrap_or_default();
+        items
+            .iter()
+            .map(|e| format!("{}: {}", e["reason"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or("")))
+            .collect::<Vec<_>>()
+    };
+    cases.case("an image named as Docker Hub's is pulled through the mirror and runs", || {
+        eventually(120, "mirrored Running", || {
+            json(&demo, cache.path(), &["get", "pod", "mirrored"])["status"]["containerStatuses"][0]["state"]["running"]
+                .is_object()
+        });
+        let status = json(&demo, cache.path(), &["get", "pod", "mirrored"])["status"]["containerStatuses"][0].clone();
+        assert_eq!(status["image"], "docker.io/library/echoer:v1", "{status}");
+        assert_eq!(status["imageID"], format!("docker.io/library/echoer@{mirrored_digest}"), "{status}");
+        let events = events_of("mirrored");
+        assert!(events.iter().any(|e| e == "Pulling: Pulling image \"echoer:v1\""), "{events:?}");
+        assert!(events.iter().any(|e| e.starts_with("Pulled: Successfully pulled image \"echoer:v1\"")), "{events:?}");
+    });
+    // Watched over time: the pod never says Running, and waits with the kubelet's reasons and Events.
+    let never_running = |pod: &str, seconds: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        let mut reasons = std::collections::BTreeSet::new();
+        while std::time::Instant::now() < deadline {
+            let status = json(&demo, cache.path(), &["get", "pod", pod])["status"].clone();
+            assert_ne!(status["phase"], "Running", "{pod}: {status}");
+            assert!(status["containerStatuses"][0]["state"]["running"].is_null(), "{pod}: {status}");
+            if let Some(reason) = status["containerStatuses"][0]["state"]["waiting"]["reason"].as_str() {
+                reasons.insert(reason.to_string());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        reasons
+    };
+    cases.case("a tenant cannot reach the mirror by writing its address into an image", || {
+        eventually(60, "at-mirror backing off", || {
+            waiting_reason(&demo, cache.path(), "at-mirror") == "ImagePullBackOff"
+        });
+        never_running("at-mirror", 5);
+        let refused = format!("registry \"{}\" is not allowed for this node", mirror.address);
+        let events = events_of("at-mirror");
+        assert!(
+            events.iter().any(|e| e.starts_with("Failed: Failed to pull image") && e.contains(&refused)),
+            "{events:?}"
+        );
+    });
+    cases.case("an image no source gives waits in ErrImagePull and ImagePullBackOff, never Running", || {
+        let reasons = never_running("absent", 25);
+        assert!(reasons.contains("ImagePullBackOff"), "{reasons:?}");
+        assert!(
+            reasons.iter().all(|r| r == "ErrImagePull" || r == "ImagePullBackOff" || r == "ContainerCreating"),
+            "{reasons:?}"
+        );
+        let events = events_of("absent");
+        for told in [
+            "Pulling: Pulling image \"nginx\"",
+            "Failed: Error: ErrImagePull",
+            "BackOff: Back-off pulling image \"nginx\"",
+        ] {
+            assert!(events.iter().any(|e| e == told), "{told} not in {events:?}");
+        }
+        assert_eq!(
+            json(&demo, cache.path(), &["get", "pod", "absent"])["status"]["containerStatuses"][0]["image"],
+            "nginx"
+        );
+    });
+    cases.case("a pod asking for RuntimeClass nest-simulated is simulated, and one naming no class is refused", || {
+        let class = json(&demo, cache.path(), &["get", "runtimeclass", "nest-simulated"]);
+        assert_eq!(class["handler"], "simulated", "{class}");
+        eventually(60, "simulated Running", || {
+            json(&demo, cache.path(), &["get", "pod", "simulated"])["status"]["phase"] == "Running"
+        });
+        let overrides = r#"{"spec":{"runtimeClassName":"missing"}}"#;
+        let refused = kubectl(&demo, cache.path(), &["run", "no-class", "--image=nginx", "--overrides", overrides]);
+        assert!(!refused.status.success());
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains("pod rejected: RuntimeClass \"missing\" not found"), "{said}");
+    });
 
     // The echo example runs from the pulled image: the tenant sees it Running with the image's digest as imageID.
     let running = || {
@@ -240,8 +379,9 @@ spec:
     let node_dir = data.path().join("nodes/nest-node-0");
     let node_dir = node_dir.to_str().unwrap();
     let images = nest(&["image", "list", "--data-dir", node_dir]);
-    assert_eq!(images.lines().count(), 2, "{images}");
+    assert_eq!(images.lines().count(), 3, "{images}");
     assert!(images.contains(&reference) && images.contains(&app), "{images}");
+    assert!(images.contains("docker.io/library/echoer:v1"), "the mirrored image, under Docker Hub's name: {images}");
 
     // An archive imported into the node's store runs from it, under the name the archive gives it.
     let imported = nest(&["image", "import", archive_path, "--data-dir", node_dir]);
@@ -264,6 +404,8 @@ spec:
     let _ = admin;
     assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
     assert!(processes_with(&marker).is_empty(), "a container outlived nest up");
+    drop(mirror);
+    cases.finish();
 }
 
 /// `GET path` from `address`, retried for a while (the process starts listening a moment after it runs).

@@ -63,9 +63,15 @@ fn pod_security_and_the_syncers_policy_decide_what_a_tenant_puts_on_the_host() {
     };
 
     // Restricted: a plain pod is refused, naming every field; a hardened one runs.
-    t_ok(&["run", "plain", "--image=nginx"]);
+    // Both ask for simulation (RuntimeClass nest-simulated, which the syncer makes in the tenant): this machine
+    // pulls no nginx.
+    eventually(60, "the syncer's RuntimeClass in the tenant", || {
+        t(&["get", "runtimeclass", "nest-simulated"]).status.success()
+    });
+    t_ok(&["run", "plain", "--image=nginx", "--overrides", r#"{"spec":{"runtimeClassName":"nest-simulated"}}"#]);
     let hardened = cache.path().join("hardened.yaml");
-    std::fs::write(&hardened, common::RESTRICTED_POD).unwrap();
+    std::fs::write(&hardened, common::RESTRICTED_POD.replace("spec:\n", "spec:\n  runtimeClassName: nest-simulated\n"))
+        .unwrap();
     t_ok(&["create", "-f", hardened.to_str().unwrap()]);
     eventually(60, "a SyncFailed Event saying what restricted refuses", || {
         sync_failed(
@@ -163,6 +169,12 @@ fn pod_security_and_the_syncers_policy_decide_what_a_tenant_puts_on_the_host() {
         ("scheduled", "schedulerName: mine", "spec.schedulerName: \"mine\" is not allowed"),
         ("classy", "runtimeClassName: kata", "spec.runtimeClassName: \"kata\" is not allowed"),
     ];
+    // The tenant's own RuntimeClass `kata` (its API server refuses a pod naming a class it lacks, as
+    // kube-apiserver's RuntimeClass admission does): the management cluster's policy still refuses it.
+    let kata = cache.path().join("kata.yaml");
+    std::fs::write(&kata, "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: kata}\nhandler: kata\n")
+        .unwrap();
+    t_ok(&["create", "-f", kata.to_str().unwrap()]);
     for (name, field, _) in asks {
         let file = cache.path().join(format!("{name}.yaml"));
         let manifest = format!(

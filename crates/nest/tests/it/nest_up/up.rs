@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::up::{kubectl, stop, up};
+use crate::common::up::{kubectl, simulated_deployment, stop, up};
 use crate::common::{KUBECTL, eventually};
 
 /// How many processes on this machine have `needle` in their command line (their sandboxes' inits aside).
@@ -30,15 +30,21 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
         kubectl(&kubeconfig, cache.path(), &["-n", "demo", "get", "serviceaccount", "default"]).status.success()
     });
     eventually(20, "the node", || {
-        let nodes = kubectl(&kubeconfig, cache.path(), &["get", "nodes", "-l", "nest.dev/runtime=both", "-o", "name"]);
+        let nodes =
+            kubectl(&kubeconfig, cache.path(), &["get", "nodes", "-l", "nest.dev/runtime=process", "-o", "name"]);
         String::from_utf8_lossy(&nodes.stdout).contains("node/nest-node-0")
     });
-    // nest's own image runs as a process; anything else is simulated.
+    // nest's own image runs as a process; a pod asking for RuntimeClass nest-simulated is simulated.
     let marker = format!("up-test-{}", std::process::id());
     let run =
         ["run", "sleeper", "--image=ghcr.io/nest-dev/nest:latest", "--restart=Never", "--", "debug", "cat", "--env"];
     assert!(kubectl(&kubeconfig, cache.path(), &[&run[..], &[marker.as_str()]].concat()).status.success());
-    assert!(kubectl(&kubeconfig, cache.path(), &["run", "web", "--image=nginx"]).status.success());
+    let simulated = ["--overrides", r#"{"spec":{"runtimeClassName":"nest-simulated"}}"#];
+    assert!(
+        kubectl(&kubeconfig, cache.path(), &[&["run", "web", "--image=nginx"][..], &simulated].concat())
+            .status
+            .success()
+    );
     let phase = |pod: &str| {
         let out = kubectl(&kubeconfig, cache.path(), &["get", "pod", pod, "-o", "jsonpath={.status.phase}"]);
         String::from_utf8_lossy(&out.stdout).to_string()
@@ -75,7 +81,11 @@ fn nest_up_serves_a_cluster_that_stops_and_resumes() {
     // The demo tenant runs workloads out of the box: its pods run on nest up's node through the syncer.
     let demo_kubeconfig = cache.path().join("demo.kubeconfig");
     let in_demo = |args: &[&str]| kubectl(&demo_kubeconfig, cache.path(), args);
-    assert!(in_demo(&["create", "deployment", "hello", "--image=nginx", "--replicas=2"]).status.success());
+    let hello = simulated_deployment(cache.path(), "hello", 2);
+    eventually(60, "the syncer's RuntimeClass in demo", || {
+        in_demo(&["get", "runtimeclass", "nest-simulated"]).status.success()
+    });
+    assert!(in_demo(&["apply", "-f", &hello]).status.success());
     eventually(60, "demo's pods Running on nest-node-0", || {
         let out = in_demo(&["get", "pods", "-o", "jsonpath={range .items[*]}{.status.phase}/{.spec.nodeName} {end}"]);
         String::from_utf8_lossy(&out.stdout).trim() == "Running/nest-node-0 Running/nest-node-0"
@@ -196,11 +206,11 @@ fn two_tenants_share_the_node(kubeconfig: &Path, cache: &Path) {
     }
     let (a, b) = (cache.join("a.kubeconfig"), cache.join("b.kubeconfig"));
     for (tenant, replicas) in [(&a, "3"), (&b, "2")] {
-        let created = kubectl(
-            tenant,
-            cache,
-            &["create", "deployment", "web", "--image=nginx", &format!("--replicas={replicas}")],
-        );
+        let web = simulated_deployment(cache, "web", replicas.parse().unwrap());
+        eventually(60, "the syncer's RuntimeClass in the tenant", || {
+            kubectl(tenant, cache, &["get", "runtimeclass", "nest-simulated"]).status.success()
+        });
+        let created = kubectl(tenant, cache, &["apply", "-f", &web]);
         assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     }
     let running = |pods: &[serde_json::Value]| {

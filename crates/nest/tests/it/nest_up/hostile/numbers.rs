@@ -8,12 +8,13 @@ use serde_json::{Value, json};
 
 use super::platform::{Platform, Who};
 
-/// A pod the restricted Pod Security level (a tenant's default) lets through, of an image no registry has, so that
-/// the node simulates it: where a grace period of i64::MAX once panicked the node for every tenant.
+/// A pod the restricted Pod Security level (a tenant's default) lets through, of an image no registry has, asking for
+/// RuntimeClass nest-simulated so that the node simulates it: where a grace period of i64::MAX once panicked the node for every tenant.
 fn pod(name: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
+            "runtimeClassName": "nest-simulated",
             "terminationGracePeriodSeconds": 30, "activeDeadlineSeconds": 3600,
             "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 1000,
                                 "seccompProfile": {"type": "RuntimeDefault"}},

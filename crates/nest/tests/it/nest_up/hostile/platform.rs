@@ -36,6 +36,7 @@ impl Platform {
         nest(&admin, &["cluster", "create", "acme", "--wait", "--timeout", "120s"]);
         let acme = cache.path().join("acme.kubeconfig");
         std::fs::write(&acme, nest(&admin, &["cluster", "kubeconfig", "acme"])).unwrap();
+        up::wait_for_simulation_class(&acme, cache.path());
         // One nest up at a time on the machine: `up_with` holds the machine's lock until it is stopped.
         Platform { up: Some(child), data, cache, admin, demo, acme }
     }
@@ -137,12 +138,14 @@ impl Platform {
     }
 }
 
-/// A pod that restricted Pod Security (a tenant's default) admits, of an image no registry has (the node simulates
-/// it and gives it an address on the pod network), saying nothing of its resources.
+/// A pod that restricted Pod Security (a tenant's default) admits, of an image no registry has, simulated (it asks
+/// for RuntimeClass nest-simulated: the node gives it an address on the pod network), saying nothing of its
+/// resources.
 pub fn restricted_pod(name: &str) -> Value {
     serde_json::json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
+            "runtimeClassName": "nest-simulated",
             "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
                 "name": "c", "image": "registry.invalid/none:1",

@@ -95,6 +95,7 @@ fn what_a_tenant_writes_goes_down_only_as_far_as_the_management_cluster_allows()
             "annotations": {"transparency.tenancy.nest.dev/ingress-class": "forged", "note": "kept"}},
         "spec": {
             "terminationGracePeriodSeconds": i64::MAX,
+            "runtimeClassName": "nest-simulated",
             "containers": [{"name": "c", "image": "registry.invalid/none:1",
                             "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
             "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
