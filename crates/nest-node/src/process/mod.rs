@@ -639,6 +639,16 @@ impl Runtime {
             self.network.remove(uid, &self.pod_dir(uid)).await;
             subpath::release(&self.pod_dir(uid));
         }
+        // Nor in those of pods whose start was cut short by the shutdown (the node drops its pod loop, and with it a
+        // start that had made the namespace but not yet recorded its run): every pod of the node has its directory.
+        if let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("pods")) {
+            for entry in entries.flatten() {
+                let uid = entry.file_name().to_string_lossy().into_owned();
+                if !runs.iter().any(|(started, _)| *started == uid) {
+                    self.network.remove(&uid, &entry.path()).await;
+                }
+            }
+        }
         if let Err(error) = self.network.sweep() {
             tracing::warn!(%error, "removing pods' network namespaces");
         }

@@ -45,6 +45,7 @@ fn stock_images_write_to_their_own_layer_which_is_limited_and_goes_with_the_pod(
     let busybox = format!("{}/library/busybox:latest", registry.address);
 
     let data = tempfile::tempdir().unwrap();
+    let before = crate::common::up::pod_namespaces();
     let (child, _) = up_with(data.path(), &["--pull-from", &registry.address]);
     let admin = data.path().join("admin.kubeconfig");
     let pods_dir = data.path().join("nodes/nest-node-0/pods");
@@ -238,10 +239,28 @@ spec:
         let mounted = overlays_beneath(&layer);
         assert!(mounted.is_empty(), "{mounted:?}");
     });
-    cases.case("nest up stops and leaves no writable layer mounted", || {
+    cases.case("nest up stops and leaves no writable layer mounted and no pod's network namespace", || {
+        // The pods left (one read-only, one restarting, a tenant's evicted), by the namespace each would leave.
+        let pods = json(&admin, cache.path(), &["get", "pods", "--all-namespaces"]);
+        let names: std::collections::BTreeMap<String, String> = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let uid = p["metadata"]["uid"].as_str().unwrap_or_default();
+                let phase = p["status"]["phase"].as_str().unwrap_or_default();
+                (format!("nest-{uid}"), format!("{}/{} ({phase})", p["metadata"]["namespace"], p["metadata"]["name"]))
+            })
+            .collect();
         assert!(stop(child).success(), "nest up exits cleanly on SIGTERM");
         let mounted = overlays_beneath(data.path());
         assert!(mounted.is_empty(), "{mounted:?}");
+        let left: Vec<String> = crate::common::up::pod_namespaces()
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .map(|n| names.get(&n).cloned().unwrap_or(n))
+            .collect();
+        assert!(left.is_empty(), "nest up left pod network namespaces behind: {left:?}");
     });
     cases.finish();
 }
