@@ -6,7 +6,7 @@
 //!   `previous` and `limitBytes`, as the kubelet does: a process's output from its log file; a simulated pod's is one
 //!   line saying it is simulated; a pod whose processes have not started (its image not pulled) has none (400);
 //! - `/exec/<namespace>/<pod>/<container>`: a command in a running container, over a WebSocket
-//!   ([`crate::streaming`]);
+//!   (`streaming.rs`);
 //! - `GET /healthz`.
 //!
 //! The port itself (TLS, the API server's client certificate, connection limits) is `nest-kubelet-server`'s, which

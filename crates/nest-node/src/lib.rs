@@ -9,7 +9,7 @@
 //!
 //! A `process` node never reports Running what it does not run: an image no source gives leaves the pod waiting
 //! (`ErrImagePull`, then `ImagePullBackOff`). It simulates only the pods that ask for it, by a RuntimeClass whose
-//! handler is [`SIMULATED_HANDLER`] ([`handler`]), as a kubelet runs a pod with its RuntimeClass's handler. Either
+//! handler is [`SIMULATED_HANDLER`] (`handler`), as a kubelet runs a pod with its RuntimeClass's handler. Either
 //! way a deleted pod is stopped as the kubelet stops one, within its grace period, and then removed from the API
 //! server.
 //!

@@ -195,7 +195,7 @@ impl Runtime {
     }
 
     /// Where each of the pod's containers (init containers first) comes from: an image the store holds (unless its
-    /// pull policy is `Always`), else an allowlisted executable, else the image, to be pulled ([`Runtime::image`]
+    /// pull policy is `Always`), else an allowlisted executable, else the image, to be pulled (`Runtime::image`
     /// says whether it may be, and the pod is told `ErrImagePull` when it may not or no registry gives it).
     pub fn sources(&self, pod: &Pod) -> Vec<Source> {
         let spec = pod.spec.clone().unwrap_or_default();
