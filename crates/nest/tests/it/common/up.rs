@@ -84,6 +84,17 @@ pub fn up_with(data: &Path, args: &[&str]) -> (Up, String) {
     (Up(Some(child), lock, data.to_path_buf()), printed)
 }
 
+/// The Events kubectl lists for pod `pod`, as (reason, message); `scope` goes before `get` (`["-n", "team-b"]`, or
+/// nothing for the kubeconfig's namespace).
+pub fn pod_events(kubeconfig: &Path, cache: &Path, scope: &[&str], pod: &str) -> Vec<(String, String)> {
+    let selector = format!("involvedObject.name={pod}");
+    let args = [scope, &["get", "events", "--field-selector", &selector, "-o", "json"]].concat();
+    let listed: serde_json::Value =
+        serde_json::from_slice(&kubectl(kubeconfig, cache, &args).stdout).unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    listed["items"].as_array().into_iter().flatten().map(|e| (text(&e["reason"]), text(&e["message"]))).collect()
+}
+
 /// Where [`up_with`] keeps what `nest up` logs, in its data directory.
 pub const LOG: &str = "nest-up.log";
 

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use crate::common::eventually;
 use crate::common::registry::{nest, nest_image, push, registry, registry_of};
-use crate::common::up::{demo_tenant, kubectl, processes_with, stop, up_with};
+use crate::common::up::{demo_tenant, kubectl, pod_events, processes_with, stop, up_with};
 use nest_testkit::Cases;
 
 fn json(kubeconfig: &Path, cache: &Path, args: &[&str]) -> serde_json::Value {
@@ -315,13 +315,7 @@ spec:
         }
     }
     let told = |name: &str, reason: &str, words: &str| {
-        let selector = format!("involvedObject.name={name}");
-        let events = json(&demo, cache.path(), &["-n", "team-b", "get", "events", "--field-selector", &selector]);
-        events["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|e| e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.contains(words)))
+        pod_events(&demo, cache.path(), &["-n", "team-b"], name).iter().any(|(r, m)| r == reason && m.contains(words))
     };
     let refusal =
         format!("Failed to pull image \"{app}\": failed to pull and unpack image \"{app}\": pull access denied");
@@ -343,13 +337,7 @@ spec:
         let phase = json(&demo, cache.path(), &["get", "pod", pod])["status"]["phase"].clone();
         assert_eq!(phase, "Pending");
         let told = |reason: &str, starts: &str| {
-            let selector = format!("involvedObject.name={pod}");
-            let events = json(&demo, cache.path(), &["get", "events", "--field-selector", &selector]);
-            events["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|e| e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.starts_with(starts)))
+            pod_events(&demo, cache.path(), &[], pod).iter().any(|(r, m)| r == reason && m.starts_with(starts))
         };
         eventually(60, &format!("{pod}'s Events"), || {
             told("Failed", "Failed to pull image")

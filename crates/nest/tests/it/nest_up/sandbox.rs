@@ -279,13 +279,8 @@ spec:
     ];
     for (pod, reason, message, waiting) in refusals {
         eventually(60, &format!("{pod}'s {reason} event"), || {
-            let selector = format!("involvedObject.name={pod}");
-            let events = json(&demo, cache.path(), &["get", "events", "--field-selector", &selector]);
-            events["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|e| e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.starts_with(message)))
+            let events = crate::common::up::pod_events(&demo, cache.path(), &[], pod);
+            events.iter().any(|(r, m)| r == reason && m.starts_with(message))
         });
         let status = json(&demo, cache.path(), &["get", "pod", pod])["status"].clone();
         assert_eq!(status["phase"], "Pending", "{pod}: {status}");
