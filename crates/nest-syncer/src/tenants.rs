@@ -303,12 +303,29 @@ async fn reconcile(syncer: &Arc<Syncer>, found: &[Found]) {
         }
         syncer.queue.set_weight(&candidate.key, candidate.weight);
         if let Some(running) = syncer.tenant(&candidate.key) {
-            *running.pod_security.write().expect("the level lock") = level_of(syncer, candidate);
-            *running.policy.write().expect("the policy lock") =
-                syncer.options.policy.with_annotations(&candidate.annotations);
+            renew_word(syncer, &running, candidate);
         }
         let actions = advance(syncer, &candidate.key, Event::Seen { ready: candidate.endpoint.is_some() });
         act(syncer, &candidate.key, Some(candidate), &actions).await;
+    }
+}
+
+/// Takes the platform admin's word on a running tenant as last found (its Pod Security level, its policy's
+/// allowances): when either changed, every object of the tenant is looked at again now, not at the next patrol, so that
+/// what the admin now allows goes down (and what it no longer allows is refused) at once.
+fn renew_word(syncer: &Syncer, running: &Tenant, found: &Found) {
+    let level = level_of(syncer, found);
+    let policy = syncer.options.policy.with_annotations(&found.annotations);
+    let changed = {
+        let mut held_level = running.pod_security.write().expect("the level lock");
+        let mut held_policy = running.policy.write().expect("the policy lock");
+        let changed = *held_level != level || *held_policy != policy;
+        (*held_level, *held_policy) = (level, policy);
+        changed
+    };
+    if changed {
+        let queued = enqueue_all(syncer, running);
+        tracing::info!(tenant = %running.key, queued, "the tenant's policy changed: its objects are looked at again");
     }
 }
 
@@ -634,4 +651,68 @@ pub fn enqueue_all(syncer: &Syncer, tenant: &Tenant) -> usize {
         syncer.queue.add(&tenant.key, item);
     }
     count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher;
+
+    fn found(annotations: &[(&str, &str)]) -> Found {
+        Found {
+            key: "default-abcde-t".into(),
+            plane: "t".into(),
+            weight: 1,
+            pod_security: None,
+            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            namespace: "default".into(),
+            cluster: "t".into(),
+            endpoint: Some(("10.0.0.9".into(), 6443)),
+            gone: false,
+        }
+    }
+
+    /// Must run within a Tokio runtime (the client is built, never used).
+    fn client() -> Client {
+        Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"))).expect("a client")
+    }
+
+    /// A syncer and its tenant, whose cache holds one NodePort Service.
+    fn tenant_with_a_service() -> (Syncer, Tenant) {
+        let (syncer, _super) = Syncer::for_tests(client(), crate::Options::default());
+        let (tenant, writers) = Tenant::for_tests(&syncer, "default-abcde-t", client());
+        let id = syncer.find_kind("services").expect("services are synced");
+        let service: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "exposed", "namespace": "web"},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}]},
+        }))
+        .expect("a Service");
+        let mut writer = writers.into_iter().nth(id.index()).expect("a writer per kind");
+        writer.apply_watcher_event(&watcher::Event::Apply(service));
+        (syncer, tenant)
+    }
+
+    fn queued(syncer: &Syncer) -> usize {
+        syncer.queue.depths().get("default-abcde-t").copied().unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn a_changed_word_of_the_platform_admin_looks_at_the_tenants_objects_again_at_once() {
+        let (syncer, tenant) = tenant_with_a_service();
+        // The same word as before: nothing is queued (the patrol looks in its time).
+        renew_word(&syncer, &tenant, &found(&[]));
+        assert_eq!(queued(&syncer), 0);
+        // NodePorts allowed: the tenant's objects are queued now, the Service among them.
+        renew_word(&syncer, &tenant, &found(&[("tenancy.nest.dev/allow-service-types", "NodePort")]));
+        assert!(queued(&syncer) >= 1, "nothing queued when the policy changed");
+        assert!(*tenant.policy.read().expect("the policy lock") != syncer.options.policy, "the policy taken");
+
+        // A Pod Security level of the admin's is news too.
+        let (syncer, tenant) = tenant_with_a_service();
+        let mut baseline = found(&[]);
+        baseline.pod_security = Some("baseline".into());
+        renew_word(&syncer, &tenant, &baseline);
+        assert!(queued(&syncer) >= 1, "nothing queued when the level changed");
+        assert_eq!(*tenant.pod_security.read().expect("the level lock"), PodSecurityLevel::Baseline);
+    }
 }

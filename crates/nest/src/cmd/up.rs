@@ -1,7 +1,8 @@
 //! `nest up`: a whole cluster on this machine, in one process — the API server on embedded storage, the
-//! controller-manager, the scheduler, one node (`nest-node-0`) that runs allowed pods as processes and simulates
-//! the rest, and the service proxy, which serves every ClusterIP (from `10.112.0.0/16`) on this machine. Ctrl-C stops it (and every process it started); running it again on the same data directory resumes
-//! where it left off.
+//! controller-manager, the scheduler, one node (`nest-node-0`) that runs every pod from its image in a sandbox
+//! (simulating only pods of RuntimeClass `nest-simulated`), and the service proxy, which serves every ClusterIP (from
+//! `10.112.0.0/16`) on this machine. Ctrl-C stops it (and every process it started); running it again on the same
+//! data directory resumes where it left off.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +26,9 @@ pub struct Args {
     /// syncer --help`).
     #[arg(long = "sync-resource", value_name = "GROUP/VERSION/KIND", value_parser = super::syncer::parse_gvk)]
     sync_resources: Vec<(String, String, String)>,
+    /// How often the syncer compares every object of every tenant, both ways (see `nest syncer --help`).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    patrol_seconds: u64,
     /// The Pod Security level tenants' pods get in this management cluster unless their Cluster says otherwise
     /// (`nest cluster create --pod-security`).
     #[arg(long, value_name = "LEVEL", default_value = "restricted", value_parser = super::syncer::parse_level)]
@@ -40,11 +44,6 @@ pub struct Args {
     /// Each tenant's share of the node (see `nest node --help`).
     #[command(flatten)]
     tenant_share: super::node::TenantShare,
-    /// An image the node runs as an executable of this machine, `PATTERN=EXECUTABLE` (as `python=/usr/bin/python3`),
-    /// inside the same sandbox, with this machine's system directories read-only; repeatable (see `nest node
-    /// --help`). An image the node's store holds or can pull is run from the image instead.
-    #[arg(long = "allow-image", value_name = "PATTERN=EXECUTABLE", value_parser = nest_node::allowlist::Allowlist::parse_entry)]
-    allow_images: Vec<nest_node::allowlist::Entry>,
     /// Where the API server's audit log goes (see `nest apiserver --help`); with --audit-policy-file.
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "FILE")]
     audit_log_path: Option<PathBuf>,
@@ -257,6 +256,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let syncing = nest_syncer::Options {
         custom: args.sync_resources.clone(),
         pod_security: args.pod_security_level,
+        patrol: std::time::Duration::from_secs(args.patrol_seconds),
         kubelet_address: network.host_address().map_or(std::net::Ipv4Addr::LOCALHOST, |a| a).into(),
         // What tenants' Endpoints may not name: the node's pod range but for their own pods, and the Services.
         pod_ranges: vec![node.pod_cidr.parse().map_err(anyhow::Error::msg)?],
@@ -273,8 +273,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let (cert, key, client_ca) =
         nest_apiserver::certs::issue_kubelet_serving(&args.data_dir.join("pki"), &node.name, &[node.address.parse()?])?;
-    let defaults = std::mem::take(&mut node.process.allowlist.entries);
-    node.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
     node.process.pull_from = args.registries.pull_from.clone();
     node.process.hosts = hosts;
     node.process.image_size_limit = args.image_size_limit;

@@ -77,8 +77,17 @@ pub fn push(archive: &Path, reference: &str) -> String {
     pushed.trim().rsplit_once('@').map(|(_, digest)| digest.to_string()).unwrap_or_else(|| panic!("{pushed}"))
 }
 
-/// Pushes the tests' images of real software to `registry`: `library/busybox` and `library/nginx` (`:latest` and
-/// their Debian versions), built from this machine's Debian packages by `scripts/test-images`. The packages and the
+/// A registry in `dir` holding the tests' images ([`test_images`]), and the flags that make it `nest up`'s mirror for
+/// `docker.io`: pods then name `busybox`, `nginx` or `python` as a user types them.
+pub fn docker_io_mirror(dir: &Path) -> (Registry, [String; 2]) {
+    let registry = registry(dir);
+    test_images(&registry);
+    let flags = ["--registry-mirror".to_string(), format!("docker.io=http://{}", registry.address)];
+    (registry, flags)
+}
+
+/// Pushes the tests' images of real software to `registry`: `library/busybox`, `library/nginx` and `library/python`
+/// (`:latest` and their Debian versions), built from this machine's Debian packages by `scripts/test-images`. The packages and the
 /// built layout are kept in `target/test-images`, so only the first run of a machine downloads and builds (seconds);
 /// each registry then gets a push.
 pub fn test_images(registry: &Registry) {

@@ -1,11 +1,9 @@
 //! Issue 19's workload identity, tried on `nest up` through the demo tenant as a tenant's developer would: a pod
-//! running the official Python client with its in-cluster configuration (Debian's `python3-kubernetes`, run by the
-//! node from this machine's `/usr` inside the pod's sandbox) talks to its *tenant's* API server as its
-//! ServiceAccount, with the token the tenant's ServiceAccount admission asked for and the syncer brought down:
-//! RBAC in the tenant decides what it may read, deleting the pod ends the token, and the management cluster never
-//! accepts it.
-//!
-//! Its own test binary: `nest up`'s node has fixed addresses, so no other `nest up` may run beside it.
+//! running the official Python client with its in-cluster configuration (image `python`, Debian's `python3` and
+//! `python3-kubernetes` built by `scripts/test-images`, pulled through a mirror for `docker.io`) talks to its
+//! *tenant's* API server as its ServiceAccount, with the token the tenant's ServiceAccount admission asked for and the
+//! syncer brought down: RBAC in the tenant decides what it may read, deleting the pod ends the token, and the
+//! management cluster never accepts it.
 
 use std::path::Path;
 use std::process::Command;
@@ -51,7 +49,8 @@ fn with_token(kubeconfig: &Path, cache: &Path, token: &str, args: &[&str]) -> st
 fn a_tenant_pods_in_cluster_client_is_its_service_account_in_its_own_cluster_only() {
     let data = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let (child, _) = up_with(data.path(), &["--allow-image", "python=/usr/bin/python3"]);
+    let (_mirror, flags) = crate::common::registry::docker_io_mirror(cache.path());
+    let (child, _) = up_with(data.path(), &[&flags[0], &flags[1]]);
     let admin = data.path().join("admin.kubeconfig");
     let demo = demo_tenant(data.path(), cache.path());
     let t = |args: &[&str]| {
@@ -68,7 +67,7 @@ fn a_tenant_pods_in_cluster_client_is_its_service_account_in_its_own_cluster_onl
     t(&["create", "secret", "generic", "hidden", "--from-literal=k=v"]);
     let manifest = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: client}}\nspec:\n  serviceAccountName: reader\n  containers:\n  \
-         - name: main\n    image: python\n    args: ['-c', {program:?}]\n",
+         - name: main\n    image: python\n    command: [python3, '-c', {program:?}]\n",
         program = PROGRAM
     );
     let file = cache.path().join("client.yaml");

@@ -62,7 +62,7 @@ fn peak(dir: &Path) -> u64 {
 
 #[test]
 fn a_tenant_takes_no_more_than_its_share_of_the_node() {
-    let platform = Platform::start(&["--tenant-memory", "256Mi", "--allow-image", "python=/usr/bin/python3"]);
+    let platform = Platform::with_images(&["--tenant-memory", "256Mi"]);
     let web = json!({"name": "web", "image": "nest", "args": ["debug", "http-echo", "--listen", "0.0.0.0:8080"]});
     platform.create(Who::Acme, &restricted("web", web, json!([])));
 
@@ -76,7 +76,7 @@ fn a_tenant_takes_no_more_than_its_share_of_the_node() {
     let write = "open('/scratch/f', 'wb').write(b'x' * (8 << 20))\nprint('written', flush=True)\n\
                  import time\ntime.sleep(3600)";
     let filler = json!({
-        "name": "filler", "image": "python", "args": ["-c", write],
+        "name": "filler", "image": "python", "command": ["python3", "-c", write],
         "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
     });
     platform.create(
@@ -91,7 +91,7 @@ fn a_tenant_takes_no_more_than_its_share_of_the_node() {
     });
     platform.create(Who::Demo, &claim);
     let hoarder = json!({
-        "name": "hoarder", "image": "python", "args": ["-c", write.replace("/scratch", "/data")],
+        "name": "hoarder", "image": "python", "command": ["python3", "-c", write.replace("/scratch", "/data")],
         "volumeMounts": [{"name": "data", "mountPath": "/data"}],
     });
     let volumes = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]);

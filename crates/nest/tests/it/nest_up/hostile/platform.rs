@@ -11,6 +11,8 @@ use crate::common::up::{self, Up};
 /// `nest up` with two Ready tenants, and kubectl for the platform admin and each tenant admin.
 pub struct Platform {
     up: Option<Up>,
+    /// The mirror for `docker.io` of [`Platform::with_images`], and where it keeps the images.
+    _mirror: Option<(crate::common::registry::Registry, tempfile::TempDir)>,
     pub data: tempfile::TempDir,
     pub cache: tempfile::TempDir,
     pub admin: PathBuf,
@@ -29,6 +31,19 @@ pub enum Who {
 impl Platform {
     /// Starts `nest up` (with `args`), waits for demo, and creates acme as a platform admin would.
     pub fn start(args: &[&str]) -> Platform {
+        Platform::start_with(args, None)
+    }
+
+    /// [`Platform::start`] with a mirror for `docker.io` holding the tests' images of real software (busybox, nginx,
+    /// python: `common::registry::test_images`), which pods name as users do.
+    pub fn with_images(args: &[&str]) -> Platform {
+        let dir = tempfile::tempdir().unwrap();
+        let (registry, flags) = crate::common::registry::docker_io_mirror(dir.path());
+        let args: Vec<&str> = args.iter().copied().chain(flags.iter().map(String::as_str)).collect();
+        Platform::start_with(&args, Some((registry, dir)))
+    }
+
+    fn start_with(args: &[&str], mirror: Option<(crate::common::registry::Registry, tempfile::TempDir)>) -> Platform {
         let (data, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (child, _) = up::up_with(data.path(), args);
         let admin = data.path().join("admin.kubeconfig");
@@ -38,7 +53,7 @@ impl Platform {
         std::fs::write(&acme, nest(&admin, &["cluster", "kubeconfig", "acme"])).unwrap();
         up::wait_for_simulation_class(&acme, cache.path());
         // One nest up at a time on the machine: `up_with` holds the machine's lock until it is stopped.
-        Platform { up: Some(child), data, cache, admin, demo, acme }
+        Platform { up: Some(child), _mirror: mirror, data, cache, admin, demo, acme }
     }
 
     /// What `nest up` holds of the machine's memory now (its resident set, in MiB): the management cluster's API
