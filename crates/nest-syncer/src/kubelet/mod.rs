@@ -21,6 +21,8 @@ use kube::api::Api;
 use nest_kubelet_server::{Body, Tls, text};
 
 use crate::names::{self, TENANT_LABEL};
+
+pub mod streams;
 use crate::{Syncer, tenants};
 
 /// The query parameters the kubelet's `/containerLogs` and the API's `pods/log` share.
@@ -97,26 +99,62 @@ async fn handle(syncer: &Syncer, key: &str, request: Request<hyper::body::Incomi
         return text(StatusCode::OK, "ok\n");
     }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let ["containerLogs", namespace, pod, container] = parts[..] else {
-        return text(StatusCode::NOT_FOUND, format!("{path} is not served here\n"));
+    let (kind, namespace, pod, container) = match parts[..] {
+        ["containerLogs", namespace, pod, container] => (None, namespace, pod, Some(container)),
+        ["exec", namespace, pod, container] => (Some(streams::Kind::Exec), namespace, pod, Some(container)),
+        ["attach", namespace, pod, container] => (Some(streams::Kind::Attach), namespace, pod, Some(container)),
+        ["portForward", namespace, pod] => (Some(streams::Kind::PortForward), namespace, pod, None),
+        _ => return text(StatusCode::NOT_FOUND, format!("{path} is not served here\n")),
     };
     // A container's name is a DNS label: anything else could add to the query of the request below.
-    if container.is_empty() || !container.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+    if let Some(container) = container
+        && !is_label(container)
+    {
         return text(StatusCode::BAD_REQUEST, format!("{container:?} is not a container's name\n"));
     }
-    // Only a pod this tenant owns.
-    let super_namespace = names::super_namespace(key, namespace);
-    let Some(pods) = syncer.find_kind("pods") else {
-        return text(StatusCode::NOT_FOUND, "no pods\n");
-    };
-    // Labelled with the tenant and made by the syncer for one of its pods (its control plane's pods are labelled too).
-    let owned = syncer.super_object(pods, &super_namespace, pod).is_some_and(|p| {
-        p.metadata.labels.as_ref().and_then(|l| l.get(TENANT_LABEL)).map(String::as_str) == Some(key)
-            && p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(names::TENANT_NAME))
-    });
-    if !owned {
+    let Some(super_namespace) = owned_pod(syncer, key, namespace, pod) else {
         return text(StatusCode::NOT_FOUND, format!("pod {namespace}/{pod} is not running in the super cluster\n"));
+    };
+    let pod = pod.to_string();
+    let target = streams::Target { super_namespace, pod, container: container.map(str::to_string) };
+    match kind {
+        Some(kind) => streams::proxy(syncer, kind, &target, request).await,
+        None => logs(syncer, &target, &request).await,
     }
+}
+
+/// Whether `name` can be a container's name (a DNS label's characters).
+fn is_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The super namespace of tenant `key`'s pod `namespace/pod`, if the syncer's own records say the management
+/// cluster's pod there is the copy of that very pod: the tenant still has it (in the syncer's cache of the tenant,
+/// so a pod the tenant deleted is no longer reachable), and the super pod carries the tenant's key, the tenant
+/// namespace, name and UID the syncer wrote on it. Names alone prove nothing: another tenant's pod, a management
+/// pod, or a pod of this tenant's control plane (labelled with its key too) may have the same name.
+fn owned_pod(syncer: &Syncer, key: &str, namespace: &str, pod: &str) -> Option<String> {
+    let pods = syncer.find_kind("pods")?;
+    let tenant = syncer.tenant(key)?;
+    let original = tenant.cache(pods).get(namespace, pod)?;
+    let uid = original.metadata.uid.as_deref()?;
+    let super_namespace = names::super_namespace(key, namespace);
+    let copy = syncer.super_object(pods, &super_namespace, pod)?;
+    let label = |name: &str| copy.metadata.labels.as_ref().and_then(|l| l.get(name)).map(String::as_str);
+    let annotation = |name: &str| copy.metadata.annotations.as_ref().and_then(|a| a.get(name)).map(String::as_str);
+    let theirs = label(TENANT_LABEL) == Some(key)
+        && annotation(names::TENANT_NAMESPACE) == Some(namespace)
+        && annotation(names::TENANT_NAME) == Some(pod)
+        && annotation(names::TENANT_UID) == Some(uid);
+    theirs.then_some(super_namespace)
+}
+
+/// `/containerLogs`: the super pod's `pods/log`, streamed.
+async fn logs(syncer: &Syncer, target: &streams::Target, request: &Request<hyper::body::Incoming>) -> Response<Body> {
+    let streams::Target { super_namespace, pod, container } = target;
+    let container = container.as_deref().unwrap_or_default();
     let query: Vec<String> = request
         .uri()
         .query()
