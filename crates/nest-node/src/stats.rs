@@ -239,18 +239,16 @@ fn machine_memory(meminfo: &str) -> Option<Memory> {
 fn file_system(dir: &Path, time: &str) -> Option<Value> {
     use std::os::unix::ffi::OsStrExt as _;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs(3) writes only the struct it is given; `path` is a NUL-terminated string that outlives it.
+    // SAFETY: `statvfs` is plain integers, for which all zeros is a value.
     let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(3) writes only the struct it is given; `path` is a NUL-terminated string that outlives it.
     if unsafe { libc::statvfs(path.as_ptr(), &mut fs) } != 0 {
         return None;
     }
-    let block = u64::from(fs.f_frsize);
-    let (capacity, free, available) = (
-        u64::from(fs.f_blocks).saturating_mul(block),
-        u64::from(fs.f_bfree).saturating_mul(block),
-        u64::from(fs.f_bavail).saturating_mul(block),
-    );
-    let (inodes, inodes_free) = (u64::from(fs.f_files), u64::from(fs.f_ffree));
+    let block = fs.f_frsize;
+    let (capacity, free, available) =
+        (fs.f_blocks.saturating_mul(block), fs.f_bfree.saturating_mul(block), fs.f_bavail.saturating_mul(block));
+    let (inodes, inodes_free) = (fs.f_files, fs.f_ffree);
     Some(json!({
         "time": time, "availableBytes": available, "capacityBytes": capacity,
         "usedBytes": capacity.saturating_sub(free),

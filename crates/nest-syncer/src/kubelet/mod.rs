@@ -1,8 +1,10 @@
-//! Logs through the tenant: each tenant's virtual nodes point (InternalIP and kubelet port) at an endpoint of the
-//! syncer, one per tenant. It serves the kubelet API's `/containerLogs` with a certificate from *that tenant's* CA,
-//! answers only that tenant's API server (its kubelet client certificate, verified against the tenant's CA), and
-//! streams the mapped super pod's `pods/log` from the super cluster. So `kubectl logs` in a tenant works for synced
-//! pods, and no other tenant (nor anyone else) can read them through it.
+//! Logs and streams through the tenant: each tenant's virtual nodes point (InternalIP and kubelet port) at an
+//! endpoint of the syncer, one per tenant. It serves the kubelet API's `/containerLogs`, and `/exec`, `/attach` and
+//! `/portForward` ([`streams`]), with a certificate from *that tenant's* CA, answers only that tenant's API server
+//! (its kubelet client certificate, verified against the tenant's CA), and reaches a pod only when the syncer's own
+//! records say the management cluster's pod is the copy of the tenant's (`owned_pod`): the mapped super pod's
+//! `pods/log` is streamed, its `pods/exec|attach|portforward` proxied. So `kubectl logs`, `exec`, `attach` and
+//! `port-forward` in a tenant work for synced pods, and no other tenant (nor anyone else) reaches them through it.
 //!
 //! Every tenant's pods can reach these endpoints, so every endpoint keeps the kubelet API's limits
 //! ([`nest_kubelet_server::Limits`]: handshake, header and idle deadlines, a cap per source address), and all of them
