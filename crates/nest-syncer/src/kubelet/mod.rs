@@ -358,3 +358,85 @@ mod tests {
         assert_eq!(connections.open(), 0, "every slot given back");
     }
 }
+
+#[cfg(test)]
+mod ownership {
+    //! Which pod a path reaches, by the syncer's records: only the copy of the calling tenant's own pod.
+
+    use std::sync::Arc;
+
+    use kube::api::DynamicObject;
+    use kube::runtime::watcher;
+    use serde_json::json;
+
+    use super::owned_pod;
+    use crate::names::{self, TENANT_LABEL, TENANT_NAME, TENANT_NAMESPACE, TENANT_UID};
+    use crate::tenants::Tenant;
+    use crate::{Options, Syncer};
+
+    fn object(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).expect("an object")
+    }
+
+    /// A super pod `namespace/name` with the syncer's marks for tenant `key`'s pod `tenant_namespace/name` of `uid`.
+    fn copy(namespace: &str, name: &str, key: &str, tenant_namespace: &str, uid: &str) -> DynamicObject {
+        object(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {TENANT_LABEL: key},
+                         "annotations": {TENANT_NAMESPACE: tenant_namespace, TENANT_NAME: name, TENANT_UID: uid}},
+        }))
+    }
+
+    #[tokio::test]
+    async fn only_the_copy_of_the_callers_own_pod_is_reached() {
+        let client = || kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let (syncer, mut super_writers) = Syncer::for_tests(client(), Options::default());
+        let (demo, mut demo_writers) = Tenant::for_tests(&syncer, "demo-1", client());
+        let (acme, mut acme_writers) = Tenant::for_tests(&syncer, "acme-2", client());
+        let pods = syncer.find_kind("pods").unwrap();
+        let tenant_pod = |writers: &mut [kube::runtime::reflector::store::Writer<DynamicObject>], name, uid| {
+            let pod = object(json!({"apiVersion": "v1", "kind": "Pod",
+                                    "metadata": {"name": name, "namespace": "default", "uid": uid}}));
+            writers[pods.index()].apply_watcher_event(&watcher::Event::Apply(pod));
+        };
+        tenant_pod(&mut demo_writers, "web", "demo-uid");
+        tenant_pod(&mut demo_writers, "stale", "demo-uid-new");
+        tenant_pod(&mut demo_writers, "twin", "demo-twin");
+        tenant_pod(&mut acme_writers, "victim", "acme-uid");
+        tenant_pod(&mut acme_writers, "twin", "acme-twin");
+        let (demo_default, acme_default) =
+            (names::super_namespace("demo-1", "default"), names::super_namespace("acme-2", "default"));
+        for pod in [
+            copy(&demo_default, "web", "demo-1", "default", "demo-uid"),
+            // A pod deleted and made again by the tenant: the copy is of the old one until the syncer replaces it.
+            copy(&demo_default, "stale", "demo-1", "default", "demo-uid-old"),
+            copy(&demo_default, "twin", "demo-1", "default", "demo-twin"),
+            copy(&acme_default, "victim", "acme-2", "default", "acme-uid"),
+            copy(&acme_default, "twin", "acme-2", "default", "acme-twin"),
+        ] {
+            super_writers[pods.index()].apply_watcher_event(&watcher::Event::Apply(pod));
+        }
+        {
+            let mut tenants = syncer.tenants.write().unwrap();
+            tenants.insert("demo-1".into(), Arc::new(demo));
+            tenants.insert("acme-2".into(), Arc::new(acme));
+        }
+        assert_eq!(owned_pod(&syncer, "demo-1", "default", "web"), Some(demo_default.clone()));
+        assert_eq!(owned_pod(&syncer, "demo-1", "default", "twin"), Some(demo_default.clone()));
+        assert_eq!(owned_pod(&syncer, "acme-2", "default", "twin"), Some(acme_default.clone()));
+        for (key, namespace, pod) in [
+            // Another tenant's pod, by its name and by its super namespace.
+            ("demo-1", "default", "victim"),
+            ("demo-1", acme_default.as_str(), "victim"),
+            // Demo's own pod named by its super namespace.
+            ("demo-1", demo_default.as_str(), "web"),
+            // A copy of another pod of that name than the tenant has now.
+            ("demo-1", "default", "stale"),
+            // A pod the tenant does not have, and a tenant the syncer does not serve.
+            ("demo-1", "default", "gone"),
+            ("other-3", "default", "web"),
+        ] {
+            assert_eq!(owned_pod(&syncer, key, namespace, pod), None, "{key}: {namespace}/{pod}");
+        }
+    }
+}

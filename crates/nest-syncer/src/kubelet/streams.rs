@@ -27,7 +27,9 @@ use nest_kubelet_server::{Body, text, upgrade};
 
 use crate::Syncer;
 
-/// The headers of an upgrade that go on to the management API server, and those of its `101` that come back.
+/// The headers of an upgrade that go on to the management API server, and those of its `101` that come back. No
+/// other: the request goes as the syncer, and a header such as `Impersonate-User` or `Authorization` from the
+/// tenant's side must not go with it.
 const UPGRADE_HEADERS: &[&str] = &[
     "connection",
     "upgrade",
@@ -37,6 +39,9 @@ const UPGRADE_HEADERS: &[&str] = &[
     "sec-websocket-accept",
     "x-stream-protocol-version",
 ];
+
+/// How long the management API server (and the node behind it) may take to answer an upgrade.
+const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The largest refusal read from the management API server and handed on.
 const MAX_ERROR_BODY: usize = 64 << 10;
@@ -130,12 +135,13 @@ pub async fn proxy(
         Ok(pending) => pending,
         Err(error) => return text(StatusCode::BAD_REQUEST, format!("unable to upgrade connection: {error}\n")),
     };
-    let mut response = match syncer.super_client.send(onward).await {
-        Ok(response) => response,
-        Err(error) => {
+    let mut response = match tokio::time::timeout(UPGRADE_TIMEOUT, syncer.super_client.send(onward)).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => {
             tracing::debug!(%error, namespace, pod, "a tenant's stream could not reach the management API server");
             return text(StatusCode::BAD_GATEWAY, "the management cluster's API server did not answer\n");
         }
+        Err(_) => return text(StatusCode::GATEWAY_TIMEOUT, "the management cluster's API server did not answer\n"),
     };
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         return refusal(response).await;
