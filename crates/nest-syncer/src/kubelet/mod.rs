@@ -217,6 +217,15 @@ mod tests {
 
     /// A kubelet endpoint answering `/healthz`, as the syncer starts one per tenant, sharing `connections`.
     async fn endpoint(connections: Arc<Connections>) -> Endpoint {
+        endpoint_with(connections, |_| async { text(StatusCode::OK, "ok\n") }).await
+    }
+
+    /// A kubelet endpoint answering with `handle`.
+    async fn endpoint_with<H, F>(connections: Arc<Connections>, handle: H) -> Endpoint
+    where
+        H: Fn(Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+        F: std::future::Future<Output = Response<Body>> + Send + 'static,
+    {
         let ca = nest_pki::Ca::generate("tenant-ca").unwrap();
         let leaf = |common_name, usage, names: Vec<String>| nest_pki::Leaf {
             common_name,
@@ -230,9 +239,7 @@ mod tests {
         let tls = Tls { cert: serving.cert, key: serving.key, client_ca: ca.0.cert.clone() };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        tokio::spawn(nest_kubelet_server::serve_with(listener, tls, connections, |_| async {
-            text(StatusCode::OK, "ok\n")
-        }));
+        tokio::spawn(nest_kubelet_server::serve_with(listener, tls, connections, handle));
         let pem = |text: &str| {
             use rustls::pki_types::pem::PemObject;
             rustls::pki_types::CertificateDer::from_pem_slice(text.as_bytes()).unwrap()
@@ -356,6 +363,109 @@ mod tests {
         assert_eq!(closed.handshake_timeout, 8, "{closed:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(connections.open(), 0, "every slot given back");
+    }
+
+    /// A management API server that answers every upgrade `101` with SPDY's headers, tells what it was asked, and
+    /// echoes the stream's bytes back with each byte plus one: no WebSocket, no SPDY, just bytes.
+    async fn management() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<(String, hyper::HeaderMap)>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (asked, told) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let asked = asked.clone();
+                let service = hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
+                    let line = format!("{} {}", request.method(), request.uri());
+                    asked.send((line, request.headers().clone())).unwrap();
+                    let upgrade = hyper::upgrade::on(&mut request);
+                    tokio::spawn(async move {
+                        let mut stream = hyper_util::rt::TokioIo::new(upgrade.await.unwrap());
+                        let mut buffer = [0u8; 1024];
+                        loop {
+                            let read = stream.read(&mut buffer).await.unwrap_or(0);
+                            if read == 0 {
+                                return;
+                            }
+                            let answer: Vec<u8> = buffer[..read].iter().map(|b| b.wrapping_add(1)).collect();
+                            stream.write_all(&answer).await.unwrap();
+                        }
+                    });
+                    let mut response = Response::new(http_body_util::Empty::<Bytes>::new());
+                    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                    let headers = response.headers_mut();
+                    headers.insert("connection", "Upgrade".parse().unwrap());
+                    headers.insert("upgrade", "SPDY/3.1".parse().unwrap());
+                    headers.insert("x-stream-protocol-version", "v4.channel.k8s.io".parse().unwrap());
+                    async move { Ok::<_, std::convert::Infallible>(response) }
+                });
+                let io = hyper_util::rt::TokioIo::new(tcp);
+                tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service).with_upgrades());
+            }
+        });
+        (address, told)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stream_goes_on_as_the_syncer_with_its_upgrade_headers_and_its_bytes_both_ways_holding_a_slot() {
+        let (address, mut told) = management().await;
+        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
+        let (syncer, _) = crate::Syncer::for_tests(kube::Client::try_from(config).unwrap(), crate::Options::default());
+        let syncer = Arc::new(syncer);
+        let connections = Connections::new(Limits::default());
+        let endpoint = endpoint_with(connections.clone(), move |request| {
+            let syncer = syncer.clone();
+            async move {
+                let target = streams::Target {
+                    super_namespace: "demo-1-default".into(),
+                    pod: "web".into(),
+                    container: Some("c".into()),
+                };
+                streams::proxy(&syncer, streams::Kind::Exec, &target, request).await
+            }
+        })
+        .await;
+        let tcp = connect([127, 0, 0, 6], endpoint.address).await;
+        let connector = tokio_rustls::TlsConnector::from(endpoint.client.clone());
+        let name = rustls::pki_types::ServerName::IpAddress(endpoint.address.ip().into());
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        // SPDY's POST, as kubectl's fallback sends it, with what the tenant's API server must not pass on.
+        let request = "POST /exec/default/web/c?command=sh&input=1&output=1&container=other HTTP/1.1\r\n\
+                       host: kubelet\r\nconnection: Upgrade\r\nupgrade: SPDY/3.1\r\n\
+                       x-stream-protocol-version: v4.channel.k8s.io\r\nx-stream-protocol-version: v3.channel.k8s.io\r\n\
+                       impersonate-user: system:admin\r\nauthorization: Bearer stolen\r\ncontent-length: 0\r\n\r\n";
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(tls.read(&mut byte).await.unwrap(), 1, "{}", String::from_utf8_lossy(&head));
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_lowercase();
+        assert!(head.starts_with("http/1.1 101"), "{head}");
+        assert!(head.contains("upgrade: spdy/3.1") && head.contains("x-stream-protocol-version: v4.channel.k8s.io"));
+
+        let (line, headers) = told.recv().await.unwrap();
+        assert_eq!(
+            line,
+            "POST /api/v1/namespaces/demo-1-default/pods/web/exec?container=c&command=sh&stdin=true&stdout=true"
+        );
+        assert_eq!(headers.get_all("x-stream-protocol-version").iter().count(), 2);
+        assert_eq!(headers.get("upgrade").unwrap(), "SPDY/3.1");
+        assert!(headers.get("impersonate-user").is_none() && headers.get("authorization").is_none(), "{headers:?}");
+
+        // Bytes of no protocol at all, both ways.
+        tls.write_all(&[0x80, 0x03, 0x00, 0x01, b'a']).await.unwrap();
+        let mut echoed = [0u8; 5];
+        tls.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(echoed, [0x81, 0x04, 0x01, 0x02, b'b']);
+        assert_eq!(connections.open(), 1, "the stream holds its connection's slot");
+        drop(tls);
+        let closing = Instant::now();
+        while connections.open() > 0 && closing.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(connections.open(), 0, "the slot given back when the client closes");
     }
 }
 
