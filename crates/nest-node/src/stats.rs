@@ -530,7 +530,11 @@ pub(crate) async fn answer(
     if method != hyper::Method::GET {
         return nest_kubelet_server::text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here\n"));
     }
-    let pods = context.runtime.as_deref().map(running_pods).unwrap_or_default();
+    let mut pods = context.runtime.as_deref().map(running_pods).unwrap_or_default();
+    if metrics {
+        // No metric of the resource endpoint reads a writable layer's size: no walk of the layers for it.
+        pods.iter_mut().flat_map(|pod| pod.containers.iter_mut()).for_each(|container| container.upper = None);
+    }
     let (node, data_dir) = (context.options.name.clone(), context.options.process.data_dir.clone());
     let (layout, rates) = (context.stats.layout.clone(), context.stats.rates.clone());
     let read = tokio::task::spawn_blocking(move || read(&node, &data_dir, layout.as_ref(), &pods, &rates)).await;
