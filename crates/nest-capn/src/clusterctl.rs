@@ -195,6 +195,13 @@ pub fn syncer_rules() -> Value {
         {"apiGroups": [""], "resources": ["namespaces", "pods", "services", "configmaps", "secrets", "serviceaccounts",
                                           "endpoints", "persistentvolumeclaims"], "verbs": all},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        // Tenants' exec, attach and port-forward, proxied to their pods' copies (nest_syncer::kubelet::streams), which
+        // it checks are the tenant's own. Cluster-wide, as every rule here: RBAC cannot name "the namespaces the
+        // syncer made", and a RoleBinding per super namespace would need the syncer to hold `bind` and write
+        // RoleBindings, more than this grants; the syncer already writes every pod of every namespace.
+        // `get` too: a WebSocket opens them with a GET, which must be allowed both (upstream's
+        // `AuthorizePodWebsocketUpgradeCreatePermission`).
+        {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
         // The tenant's container defaults in each of its namespaces (nest_syncer::compute).
         {"apiGroups": [""], "resources": ["limitranges"],
          "verbs": ["get", "list", "watch", "create", "update", "patch"]},

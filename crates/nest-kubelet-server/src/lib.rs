@@ -2,8 +2,8 @@
 //! certificate from the given CA whose common name is [`API_SERVER_CLIENT`]), each connection held to [`Limits`].
 //! Start with [`serve_with`]: the caller brings the handler, this crate the port.
 //!
-//! Two components serve it: `nest-node` for its own pods' logs, and `nest-syncer` for each tenant's virtual nodes
-//! (logs read through the management cluster). Neither needs the other, so the port lives here, a leaf beside
+//! Two components serve it: `nest-node` for its own pods' logs, streams and statistics, and `nest-syncer` for each
+//! tenant's virtual nodes (logs and streams through the management cluster). Neither needs the other, so the port lives here, a leaf beside
 //! `nest-pki`: the syncer links it without linking the node agent.
 //!
 //! A kubelet port is reachable from pods, so what one client can hold of it is bounded as the API server bounds it

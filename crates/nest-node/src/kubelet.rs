@@ -7,6 +7,8 @@
 //!   line saying it is simulated; a pod whose processes have not started (its image not pulled) has none (400);
 //! - `/exec/<namespace>/<pod>/<container>`: a command in a running container, over a WebSocket
 //!   (`streaming.rs`);
+//! - `GET /stats/summary` and `GET /metrics/resource`: the node's, pods' and containers' resource statistics
+//!   ([`crate::stats`]);
 //! - `GET /healthz`.
 //!
 //! The port itself (TLS, the API server's client certificate, connection limits) is `nest-kubelet-server`'s, which
@@ -88,6 +90,11 @@ async fn handle(context: &Context, request: Request<hyper::body::Incoming>) -> R
     let path = request.uri().path().to_string();
     if path == "/healthz" {
         return text(StatusCode::OK, "ok");
+    }
+    match path.as_str() {
+        "/stats/summary" => return crate::stats::answer(context, request.method(), false).await,
+        "/metrics/resource" => return crate::stats::answer(context, request.method(), true).await,
+        _ => {}
     }
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     if let ["exec", rest @ ..] = segments.as_slice() {

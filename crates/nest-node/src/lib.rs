@@ -31,6 +31,7 @@ pub mod proxy;
 pub mod registries;
 pub use nest_core::quantity;
 pub mod simulated;
+pub mod stats;
 mod streaming;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -167,6 +168,8 @@ pub(crate) struct Context {
     /// How each pod of a `process` node is run, by UID, once chosen: a pod keeps its handler for its life, as its
     /// sandbox does, even if its RuntimeClass goes away.
     handlers: Mutex<std::collections::HashMap<String, Chosen>>,
+    /// What `/stats/summary` and `/metrics/resource` read ([`stats`]).
+    stats: stats::Stats,
 }
 
 /// A pod's handler, and its `namespace/name` (for the kubelet API, which names pods so).
@@ -246,6 +249,7 @@ pub async fn run(
         addresses: Mutex::new(pool),
         runtime: runtime.clone(),
         handlers: Mutex::new(Default::default()),
+        stats: stats::Stats::new(),
     });
     // The pod loop, and the sweep beside it, each in a task of its own that starts again if it panics, so that one
     // pod (of any tenant) that trips a bug can neither stop the node nor take every pod's processes with it.

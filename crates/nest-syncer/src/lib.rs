@@ -19,7 +19,8 @@
 //!   the super cluster marks public, copied into every tenant.
 //! - [`volumes`]: PersistentVolumes the super cluster bound to tenants' claims, copied up.
 //! - [`queue`]: the work queue, shared fairly between tenants.
-//! - [`kubelet`]: the kubelet endpoint of each tenant's virtual nodes, for `kubectl logs` through the tenant.
+//! - [`kubelet`]: the kubelet endpoint of each tenant's virtual nodes, for `kubectl logs`, `exec`, `attach` and
+//!   `port-forward` through the tenant.
 //! - [`addresses`]: which addresses a tenant's Endpoints may name.
 //! - [`policy`]: what a tenant may ask of the management cluster; [`compute`]: what its pods may take of it (container
 //!   defaults as a LimitRange in each super namespace, a quota over all of them, its share of the node).

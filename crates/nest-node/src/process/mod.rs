@@ -190,6 +190,11 @@ impl Runtime {
         self.guard.get_or_try_init(|| crate::registries::guard::Guard::start(Arc::new(internal))).await
     }
 
+    /// Every pod started here and not yet removed.
+    pub fn runs(&self) -> Vec<Arc<PodRun>> {
+        self.pods().values().cloned().collect()
+    }
+
     fn pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<PodRun>>> {
         self.pods.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -529,6 +529,18 @@ impl Sandboxes {
 }
 
 impl Sandboxed {
+    /// The container's cgroup, relative to each hierarchy's root (its pod's is the parent).
+    pub fn cgroup(&self) -> &Path {
+        &self.cgroup
+    }
+
+    /// Where the container's writes land, if it has a writable layer (a container of an image).
+    pub fn upper(&self) -> Option<PathBuf> {
+        self.layer.as_ref().map(WritableLayer::upper)
+    }
+}
+
+impl Sandboxed {
     /// The runtime's command, started inside the pod's network namespace when it has one. The container inherits
     /// that namespace rather than naming it in its spec: a runtime entering a running container (`exec`) joins
     /// the container's user namespace first (runc 1.1), and from there may no longer join a network namespace the

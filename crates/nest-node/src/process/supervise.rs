@@ -195,6 +195,13 @@ impl PodRun {
         container.running.clone().ok_or(NotRunning::NotRunning)
     }
 
+    /// The containers whose process runs now: each one's name, when it started (RFC 3339) and its sandbox.
+    pub fn running_containers(&self) -> Vec<(String, Option<String>, Arc<Sandboxed>)> {
+        let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        let started = |c: &Container| c.state["running"]["startedAt"].as_str().map(str::to_string);
+        containers.iter().filter_map(|c| Some((c.name.clone(), started(c), c.running.clone()?))).collect()
+    }
+
     /// The pod's UID.
     pub fn uid(&self) -> &str {
         &self.shared.uid

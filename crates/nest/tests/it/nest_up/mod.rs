@@ -11,5 +11,6 @@ mod rootfs;
 mod sandbox;
 mod streams;
 mod tenant_policy;
+mod tenant_streams;
 mod up;
 mod workload_identity;

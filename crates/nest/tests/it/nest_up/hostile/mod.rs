@@ -10,5 +10,5 @@ mod governance_tenant;
 mod images;
 mod network;
 mod numbers;
-mod platform;
+pub(super) mod platform;
 mod syncer;
