@@ -142,7 +142,7 @@ async fn measure(pid: u32, client: &kube::Client, window: Duration) -> Idle {
 }
 
 /// A running `nest up`, stopped with SIGINT (as Ctrl-C stops it) when dropped.
-struct Up(std::process::Child);
+pub(super) struct Up(pub(super) std::process::Child);
 
 impl Drop for Up {
     fn drop(&mut self) {
@@ -151,10 +151,12 @@ impl Drop for Up {
     }
 }
 
-fn start_up(data: &Path) -> anyhow::Result<Up> {
+/// Starts `nest up` (this binary) on `data`, with `extra` flags; returns once it says it is up.
+pub(super) fn start_up(data: &Path, extra: &[String]) -> anyhow::Result<Up> {
     let mut child = std::process::Command::new(std::env::current_exe()?)
         .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data)
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()?;
@@ -172,7 +174,7 @@ fn start_up(data: &Path) -> anyhow::Result<Up> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
-    let up = start_up(data.path())?;
+    let up = start_up(data.path(), &[])?;
     let client = nest_client::connect(&data.path().join("admin.kubeconfig")).await?.client;
     let clusters: Api<nest_capn::api::Cluster> = Api::namespaced(client.clone(), "default");
     let began = Instant::now();

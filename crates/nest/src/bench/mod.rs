@@ -4,6 +4,7 @@
 
 mod api;
 mod cluster;
+mod exec;
 mod idle;
 mod stats;
 mod store;
@@ -25,6 +26,9 @@ pub enum Bench {
     Cluster(cluster::Args),
     /// An idle `nest up`, then with more idle tenants: the CPU of all its processes and the rate of new connections.
     Idle(idle::Args),
+    /// Entering a pod: `kubectl exec`'s round trip and a port-forward's throughput, in the management cluster and
+    /// through a tenant, beside `runc exec` and a direct connection (the floor).
+    Exec(exec::Args),
     /// Tenant clusters (Cluster + NestedCluster + NestedControlPlane) run as processes: time to ready, memory.
     Tenants(tenants::Args),
     /// The syncer: pods created in many tenants at once, to the super cluster and Running; memory; resync.
@@ -38,6 +42,7 @@ pub async fn run(which: Bench) -> anyhow::Result<()> {
         Bench::Store(args) => store::run(args).await,
         Bench::Api(args) => api::run(args).await,
         Bench::Cluster(args) => cluster::run(args).await,
+        Bench::Exec(args) => exec::run(args).await,
         Bench::Idle(args) => idle::run(args).await,
         Bench::Tenants(args) => tenants::run(args).await,
         Bench::Sync(args) => sync::run(args).await,

@@ -319,7 +319,8 @@ async fn describe(client: &Client, namespace: &str, name: &str) -> anyhow::Resul
     Ok(())
 }
 
-async fn tenant_kubeconfig(client: &Client, namespace: &str, name: &str) -> anyhow::Result<String> {
+/// Tenant `name`'s admin kubeconfig, from its Secret `<name>-kubeconfig` in the management cluster.
+pub(crate) async fn tenant_kubeconfig(client: &Client, namespace: &str, name: &str) -> anyhow::Result<String> {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), namespace);
     let secret = secrets
         .get_opt(&format!("{name}-kubeconfig"))
