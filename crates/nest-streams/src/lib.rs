@@ -16,4 +16,7 @@
 
 pub mod channel;
 pub mod handshake;
+pub mod portforward;
 pub mod remotecommand;
+pub mod spdy;
+pub mod tunnel;
