@@ -236,3 +236,176 @@ async fn pump(mut from_pod: tokio::net::tcp::OwnedReadHalf, channel: u8, protoco
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use tokio::io::DuplexStream;
+
+    use super::*;
+    use crate::spdy::{Decoder, Encoder, Headers, status};
+
+    /// A SPDY client of the test's own, over an in-memory connection.
+    struct Client {
+        io: DuplexStream,
+        encoder: Encoder,
+        decoder: Decoder,
+        buffer: BytesMut,
+    }
+
+    impl Client {
+        async fn send(&mut self, frame: crate::spdy::Frame) {
+            let mut bytes = BytesMut::new();
+            self.encoder.encode(&frame, &mut bytes).unwrap();
+            let _ = self.io.write_all(&bytes).await;
+        }
+
+        async fn open(&mut self, stream: u32, pairs: &[(&str, &str)]) {
+            let headers = Headers(pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect());
+            let frame = crate::spdy::Frame::SynStream {
+                stream,
+                associated: 0,
+                priority: 0,
+                fin: false,
+                unidirectional: false,
+                headers,
+            };
+            self.send(frame).await;
+        }
+
+        async fn next(&mut self) -> Option<crate::spdy::Frame> {
+            loop {
+                if let Some(frame) = self.decoder.decode(&mut self.buffer).unwrap() {
+                    return Some(frame);
+                }
+                if self.io.read_buf(&mut self.buffer).await.unwrap_or(0) == 0 {
+                    return None;
+                }
+            }
+        }
+
+        /// Every frame until the server closes the connection, the bytes of each stream joined.
+        async fn rest(&mut self) -> (Vec<crate::spdy::Frame>, HashMap<u32, Vec<u8>>) {
+            let (mut frames, mut bytes) = (Vec::new(), HashMap::<u32, Vec<u8>>::new());
+            while let Some(frame) = tokio::time::timeout(std::time::Duration::from_secs(10), self.next()).await.unwrap() {
+                if let crate::spdy::Frame::Data { stream, data, .. } = &frame {
+                    bytes.entry(*stream).or_default().extend_from_slice(data);
+                }
+                frames.push(frame);
+            }
+            (frames, bytes)
+        }
+    }
+
+    /// A port-forward server over SPDY whose ports are this machine's loopback ports.
+    fn server() -> Client {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let dial: Dial = Arc::new(|port| Box::pin(TcpStream::connect(("127.0.0.1", port))));
+        tokio::spawn(serve_spdy(server, Forwarder { pod: "p, uid u".into(), dial }));
+        Client { io: client, encoder: Encoder::default(), decoder: Decoder::default(), buffer: BytesMut::new() }
+    }
+
+    /// A one-shot echo server on loopback.
+    async fn echo() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let (mut read, mut write) = socket.split();
+            let _ = tokio::io::copy(&mut read, &mut write).await;
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_pair_of_streams_forwards_a_connection_both_ways_and_passes_its_end_on() {
+        let port = echo().await.to_string();
+        let mut client = server();
+        client.open(1, &[("streamType", "error"), ("port", &port), ("requestID", "0")]).await;
+        client.open(3, &[("streamType", "data"), ("port", &port), ("requestID", "0")]).await;
+        let data = |fin, data: &'static [u8]| crate::spdy::Frame::Data { stream: 3, fin, data: Bytes::from(data) };
+        client.send(data(false, b"hello ")).await;
+        client.send(data(true, b"there")).await;
+        let mut replies = 0;
+        let mut echoed = Vec::new();
+        // The echo server closes once it has read the end: then the data stream, and the error stream, finish.
+        let (mut data_done, mut error_done) = (false, false);
+        while !(data_done && error_done) {
+            match tokio::time::timeout(std::time::Duration::from_secs(10), client.next()).await.unwrap().unwrap() {
+                crate::spdy::Frame::SynReply { .. } => replies += 1,
+                crate::spdy::Frame::Data { stream: 3, fin, data } => {
+                    echoed.extend_from_slice(&data);
+                    data_done |= fin;
+                }
+                crate::spdy::Frame::Data { stream: 1, fin, data } => {
+                    assert!(data.is_empty(), "an error: {data:?}");
+                    error_done |= fin;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!((replies, echoed.as_slice()), (2, &b"hello there"[..]));
+    }
+
+    #[tokio::test]
+    async fn ports_that_are_no_ports_or_refuse_are_told_on_the_error_stream() {
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+        for (port, said) in [
+            ("0".to_string(), "port \"0\" must be > 0".to_string()),
+            ("70000".into(), "unable to parse \"70000\" as a port".into()),
+            (closed.to_string(), format!("error forwarding port {closed} to pod p, uid u")),
+        ] {
+            let mut client = server();
+            client.open(1, &[("streamType", "error"), ("port", &port), ("requestID", "7")]).await;
+            client.open(3, &[("streamType", "data"), ("port", &port), ("requestID", "7")]).await;
+            let mut bytes = Vec::new();
+            loop {
+                let frame = tokio::time::timeout(std::time::Duration::from_secs(10), client.next()).await.unwrap();
+                match frame.unwrap() {
+                    crate::spdy::Frame::Data { stream: 1, fin, data } => {
+                        bytes.extend_from_slice(&data);
+                        if fin {
+                            break;
+                        }
+                    }
+                    _ => continue,
+                }
+            }
+            let message = String::from_utf8(bytes).unwrap();
+            assert!(message.starts_with(&said), "{port}: {message}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_streams_ends_the_connection_with_a_goaway() {
+        let mut client = server();
+        for i in 0..(crate::spdy::session::MAX_STREAMS as u32 + 10) {
+            let id = i.to_string();
+            client.open(2 * i + 1, &[("streamType", "data"), ("port", "1"), ("requestID", &id)]).await;
+        }
+        let (frames, _) = client.rest().await;
+        let replies = frames.iter().filter(|f| matches!(f, crate::spdy::Frame::SynReply { .. })).count();
+        assert_eq!(replies, crate::spdy::session::MAX_STREAMS);
+        assert!(matches!(frames.last(), Some(crate::spdy::Frame::GoAway { status: status::PROTOCOL_ERROR, .. })));
+    }
+
+    #[tokio::test]
+    async fn an_oversized_frame_or_a_stream_id_out_of_order_ends_the_connection() {
+        let mut client = server();
+        let _ = client.io.write_all(&[0x80, 0x03, 0x00, 0x06, 0x00, 0xff, 0xff, 0xff]).await;
+        let (frames, _) = client.rest().await;
+        assert!(matches!(frames.as_slice(), [crate::spdy::Frame::GoAway { status: status::PROTOCOL_ERROR, .. }]));
+        let mut client = server();
+        client.open(5, &[("streamType", "error")]).await;
+        client.open(3, &[("streamType", "error")]).await;
+        let (frames, _) = client.rest().await;
+        assert!(matches!(frames.last(), Some(crate::spdy::Frame::GoAway { status: status::PROTOCOL_ERROR, .. })));
+    }
+
+    #[tokio::test]
+    async fn pings_are_echoed() {
+        let mut client = server();
+        client.send(crate::spdy::Frame::Ping { id: 1 }).await;
+        assert_eq!(client.next().await, Some(crate::spdy::Frame::Ping { id: 1 }));
+    }
+}
