@@ -113,7 +113,7 @@ pub(crate) async fn exec(
     };
     let upgrade = match upgrade_of(request.headers()) {
         Ok(upgrade) => upgrade,
-        Err(refusal) => return refusal,
+        Err((code, reason, message)) => return status(code, reason, message),
     };
     let pending = match nest_kubelet_server::upgrade::take(&mut request) {
         Ok(pending) => pending,
@@ -182,20 +182,20 @@ enum Upgrade {
     Spdy(&'static str),
 }
 
-/// Which upgrade `headers` ask for, or the `Status` that refuses them (upstream's 403 for a SPDY protocol no one
-/// shares).
-fn upgrade_of(headers: &hyper::HeaderMap) -> Result<Upgrade, Response<Body>> {
+/// Which upgrade `headers` ask for, or the code, reason and message of the `Status` that refuses them (upstream's
+/// 403 for a SPDY protocol no one shares).
+fn upgrade_of(headers: &hyper::HeaderMap) -> Result<Upgrade, (StatusCode, &'static str, String)> {
     if nest_streams::handshake::is_spdy(headers) {
         return nest_streams::handshake::spdy_protocol(headers, spdy::remotecommand::PROTOCOLS)
             .map(Upgrade::Spdy)
-            .map_err(|message| status(StatusCode::FORBIDDEN, "Forbidden", message));
+            .map_err(|message| (StatusCode::FORBIDDEN, "Forbidden", message));
     }
     match nest_streams::handshake::accept(headers, REMOTE_COMMAND) {
         Ok(accepted) => Ok(Upgrade::WebSocket(accepted)),
         Err(nest_streams::handshake::Refusal::NotWebSocket) => {
-            Err(status(StatusCode::BAD_REQUEST, "BadRequest", "Upgrade request required"))
+            Err((StatusCode::BAD_REQUEST, "BadRequest", "Upgrade request required".into()))
         }
-        Err(refusal) => Err(status(StatusCode::BAD_REQUEST, "BadRequest", refusal.to_string())),
+        Err(refusal) => Err((StatusCode::BAD_REQUEST, "BadRequest", refusal.to_string())),
     }
 }
 

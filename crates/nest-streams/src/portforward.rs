@@ -213,13 +213,28 @@ where
             }
         }
     };
-    tokio::select! {
-        _ = ended => {}
-        () = from_client => {}
-    }
+    let client_left = tokio::select! {
+        _ = ended => false,
+        () = from_client => true,
+    };
     drop(out);
     let _ = writer.await;
+    if !client_left {
+        // The closing handshake: the client's last messages are read (and dropped) until its own close, so that
+        // closing on bytes unread does not reset the connection and lose what was sent it.
+        let drain = async {
+            while let Some(Ok(message)) = incoming.next().await {
+                if message.is_close() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
+    }
 }
+
+/// How long a client has to answer the server's close.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The data and error channels of the `index`th port.
 fn channels_of(index: usize) -> (u8, u8) {
@@ -228,7 +243,12 @@ fn channels_of(index: usize) -> (u8, u8) {
 }
 
 /// Sends what the pod writes on `channel` until its connection ends.
-async fn pump(mut from_pod: tokio::net::tcp::OwnedReadHalf, channel: u8, protocol: Protocol, out: mpsc::Sender<Message>) {
+async fn pump(
+    mut from_pod: tokio::net::tcp::OwnedReadHalf,
+    channel: u8,
+    protocol: Protocol,
+    out: mpsc::Sender<Message>,
+) {
     let mut buffer = vec![0u8; CHUNK];
     while let Ok(n @ 1..) = from_pod.read(&mut buffer).await {
         if out.send(protocol.encode(channel, &buffer[..n])).await.is_err() {
@@ -287,7 +307,8 @@ mod tests {
         /// Every frame until the server closes the connection, the bytes of each stream joined.
         async fn rest(&mut self) -> (Vec<crate::spdy::Frame>, HashMap<u32, Vec<u8>>) {
             let (mut frames, mut bytes) = (Vec::new(), HashMap::<u32, Vec<u8>>::new());
-            while let Some(frame) = tokio::time::timeout(std::time::Duration::from_secs(10), self.next()).await.unwrap() {
+            while let Some(frame) = tokio::time::timeout(std::time::Duration::from_secs(10), self.next()).await.unwrap()
+            {
                 if let crate::spdy::Frame::Data { stream, data, .. } = &frame {
                     bytes.entry(*stream).or_default().extend_from_slice(data);
                 }

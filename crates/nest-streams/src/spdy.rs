@@ -162,15 +162,71 @@ pub enum Error {
 /// SPDY/3's zlib dictionary (draft 3, §2.6.10.1): these words, each after its length as four big-endian bytes, then
 /// the tail as it stands.
 const DICTIONARY_WORDS: &[&str] = &[
-    "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset", "accept-encoding",
-    "accept-language", "accept-ranges", "age", "allow", "authorization", "cache-control", "connection",
-    "content-base", "content-encoding", "content-language", "content-length", "content-location", "content-md5",
-    "content-range", "content-type", "date", "etag", "expect", "expires", "from", "host", "if-match",
-    "if-modified-since", "if-none-match", "if-range", "if-unmodified-since", "last-modified", "location",
-    "max-forwards", "pragma", "proxy-authenticate", "proxy-authorization", "range", "referer", "retry-after",
-    "server", "te", "trailer", "transfer-encoding", "upgrade", "user-agent", "vary", "via", "warning",
-    "www-authenticate", "method", "get", "status", "200 OK", "version", "HTTP/1.1", "url", "public", "set-cookie",
-    "keep-alive", "origin",
+    "options",
+    "head",
+    "post",
+    "put",
+    "delete",
+    "trace",
+    "accept",
+    "accept-charset",
+    "accept-encoding",
+    "accept-language",
+    "accept-ranges",
+    "age",
+    "allow",
+    "authorization",
+    "cache-control",
+    "connection",
+    "content-base",
+    "content-encoding",
+    "content-language",
+    "content-length",
+    "content-location",
+    "content-md5",
+    "content-range",
+    "content-type",
+    "date",
+    "etag",
+    "expect",
+    "expires",
+    "from",
+    "host",
+    "if-match",
+    "if-modified-since",
+    "if-none-match",
+    "if-range",
+    "if-unmodified-since",
+    "last-modified",
+    "location",
+    "max-forwards",
+    "pragma",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "range",
+    "referer",
+    "retry-after",
+    "server",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "user-agent",
+    "vary",
+    "via",
+    "warning",
+    "www-authenticate",
+    "method",
+    "get",
+    "status",
+    "200 OK",
+    "version",
+    "HTTP/1.1",
+    "url",
+    "public",
+    "set-cookie",
+    "keep-alive",
+    "origin",
 ];
 const DICTIONARY_TAIL: &str = concat!(
     "100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505203 Non-Au",
@@ -252,7 +308,11 @@ impl Decoder {
                 need(&payload, 4, "SYN_REPLY or HEADERS")?;
                 let stream = payload.get_u32() & 0x7fff_ffff;
                 let headers = self.headers(&payload)?;
-                if kind == 2 { Frame::SynReply { stream, fin, headers } } else { Frame::Headers { stream, fin, headers } }
+                if kind == 2 {
+                    Frame::SynReply { stream, fin, headers }
+                } else {
+                    Frame::Headers { stream, fin, headers }
+                }
             }
             3 | 7 | 9 => {
                 if payload.len() != 8 {
@@ -376,7 +436,8 @@ impl Encoder {
         let mut payload = BytesMut::new();
         let (kind, flags) = match frame {
             Frame::Data { stream, fin: last, data } => {
-                let length = u32::try_from(data.len()).ok().filter(|n| *n < 1 << 24).ok_or(Error::TooLarge(data.len()))?;
+                let length =
+                    u32::try_from(data.len()).ok().filter(|n| *n < 1 << 24).ok_or(Error::TooLarge(data.len()))?;
                 out.put_u32(stream & 0x7fff_ffff);
                 out.put_u32(u32::from(fin(*last)) << 24 | length);
                 out.extend_from_slice(data);
@@ -420,7 +481,8 @@ impl Encoder {
             }
             Frame::Unknown { kind } => (*kind, 0),
         };
-        let length = u32::try_from(payload.len()).ok().filter(|n| *n < 1 << 24).ok_or(Error::TooLarge(payload.len()))?;
+        let length =
+            u32::try_from(payload.len()).ok().filter(|n| *n < 1 << 24).ok_or(Error::TooLarge(payload.len()))?;
         out.put_u16(0x8000 | VERSION);
         out.put_u16(kind);
         out.put_u32(u32::from(flags) << 24 | length);
@@ -513,10 +575,13 @@ mod tests {
         let mut decoder = Decoder::default();
         let bytes = [0, 0, 0, 5, 0x01, 0, 0, 3, b'a', b'b', b'c', 0, 0, 0, 7, 0, 0, 0, 0];
         let frames = decode_all(&mut decoder, &bytes).unwrap();
-        assert_eq!(frames, [
-            Frame::Data { stream: 5, fin: true, data: Bytes::from_static(b"abc") },
-            Frame::Data { stream: 7, fin: false, data: Bytes::new() },
-        ]);
+        assert_eq!(
+            frames,
+            [
+                Frame::Data { stream: 5, fin: true, data: Bytes::from_static(b"abc") },
+                Frame::Data { stream: 7, fin: false, data: Bytes::new() },
+            ]
+        );
         // A frame is taken only once whole.
         let mut partial = BytesMut::from(&bytes[..9]);
         assert_eq!(decoder.decode(&mut partial), Ok(None));
@@ -540,7 +605,9 @@ mod tests {
             panic!("{frames:?}")
         };
         assert_eq!((headers.get("streamtype"), headers.get("PORT")), (Some("data"), Some("80")));
-        assert!(matches!(&frames[0], Frame::SynStream { stream: 1, headers, .. } if headers.get("streamType") == Some("error")));
+        assert!(
+            matches!(&frames[0], Frame::SynStream { stream: 1, headers, .. } if headers.get("streamType") == Some("error"))
+        );
     }
 
     #[test]
@@ -552,14 +619,17 @@ mod tests {
         bytes.extend(control(4, 0, &[0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 100]));
         bytes.extend(control(0x42, 0, b"whatever"));
         let frames = decode_all(&mut Decoder::default(), &bytes).unwrap();
-        assert_eq!(frames, [
-            Frame::Ping { id: 9 },
-            Frame::RstStream { stream: 1, status: 5 },
-            Frame::GoAway { last_good: 3, status: 0 },
-            Frame::WindowUpdate { stream: 1, delta: 65536 },
-            Frame::Settings { entries: 1 },
-            Frame::Unknown { kind: 0x42 },
-        ]);
+        assert_eq!(
+            frames,
+            [
+                Frame::Ping { id: 9 },
+                Frame::RstStream { stream: 1, status: 5 },
+                Frame::GoAway { last_good: 3, status: 0 },
+                Frame::WindowUpdate { stream: 1, delta: 65536 },
+                Frame::Settings { entries: 1 },
+                Frame::Unknown { kind: 0x42 },
+            ]
+        );
     }
 
     #[test]

@@ -87,7 +87,8 @@ where
     let protocol = Protocol::negotiate([protocol].into_iter().filter(|p| !p.is_empty()), PROTOCOLS)
         .unwrap_or(Protocol { name: "", version: 1, base64: false });
     let mut connection = Connection::start(io);
-    let waited = tokio::time::timeout(STREAM_CREATION_TIMEOUT, Streams::wait(&mut connection, &options, protocol.version));
+    let waited =
+        tokio::time::timeout(STREAM_CREATION_TIMEOUT, Streams::wait(&mut connection, &options, protocol.version));
     let Ok(Some(streams)) = waited.await else {
         connection.close().await;
         return Ended::ClientGone;

@@ -159,11 +159,7 @@ async fn wait_closed(mut closed: watch::Receiver<bool>) {
 }
 
 /// The writer task: frames from the queue to the peer until told to close, the queue ends, or a write fails.
-async fn write_frames<W: AsyncWrite>(
-    write: W,
-    mut queue: mpsc::Receiver<Out>,
-    closed: Arc<watch::Sender<bool>>,
-) {
+async fn write_frames<W: AsyncWrite>(write: W, mut queue: mpsc::Receiver<Out>, closed: Arc<watch::Sender<bool>>) {
     tokio::pin!(write);
     let mut encoder = Encoder::default();
     let mut buffer = BytesMut::new();
@@ -283,7 +279,7 @@ impl ReadState {
                     open.reset.store(true, Ordering::Relaxed);
                 }
             }
-            Frame::Ping { id } if id % 2 == 1 => {
+            Frame::Ping { id } if !id.is_multiple_of(2) => {
                 let _ = out.send(Out::Frame(Frame::Ping { id })).await;
             }
             Frame::GoAway { .. } => self.gone_away = true,
@@ -300,7 +296,7 @@ impl ReadState {
         accepted: &mpsc::Sender<Stream>,
         out: &mpsc::Sender<Out>,
     ) -> Result<(), SessionError> {
-        if id % 2 == 0 || id <= self.last_id {
+        if id.is_multiple_of(2) || id <= self.last_id {
             return Err(SessionError::StreamId(id));
         }
         self.last_id = id;
