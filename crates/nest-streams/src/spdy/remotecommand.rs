@@ -172,3 +172,81 @@ async fn read_sizes(mut reader: Reader, sizes: mpsc::Sender<TerminalSize>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+
+    use super::*;
+    use crate::spdy::{Decoder, Encoder, Frame, Headers};
+
+    async fn send(io: &mut tokio::io::DuplexStream, encoder: &mut Encoder, frame: Frame) {
+        let mut bytes = BytesMut::new();
+        encoder.encode(&frame, &mut bytes).unwrap();
+        io.write_all(&bytes).await.unwrap();
+    }
+
+    fn open(stream: u32, kind: &str) -> Frame {
+        let headers = Headers(vec![(STREAM_TYPE.to_ascii_lowercase(), kind.to_string())]);
+        Frame::SynStream { stream, associated: 0, priority: 0, fin: false, unidirectional: false, headers }
+    }
+
+    /// client-go's SPDY executor's side, by hand: error, stdin and stdout streams; stdin echoed by the "process",
+    /// which exits 3 once its input ends.
+    #[tokio::test]
+    async fn a_session_reads_its_streams_by_type_and_ends_with_the_exit_status() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (process_stdout, process_stdin) = tokio::io::simplex(1 << 16);
+        let process = Process {
+            stdin: Some(Box::pin(process_stdin)),
+            stdout: Some(Box::pin(process_stdout)),
+            stderr: None,
+            resize: None,
+        };
+        let options = Options { stdin: true, stdout: true, ..Options::default() };
+        // The process ends at once; its output is still sent in full before the status.
+        let session = tokio::spawn(serve(server, "v4.channel.k8s.io", options, process, async { Outcome::Exited(3) }));
+        let (mut encoder, mut decoder) = (Encoder::default(), Decoder::default());
+        send(&mut client, &mut encoder, open(1, "error")).await;
+        send(&mut client, &mut encoder, open(3, "stdin")).await;
+        send(&mut client, &mut encoder, open(5, "stdout")).await;
+        send(&mut client, &mut encoder, Frame::Data { stream: 3, fin: true, data: Bytes::from_static(b"hi") }).await;
+        let (mut buffer, mut stdout, mut error, mut finished) = (BytesMut::new(), Vec::new(), Vec::new(), Vec::new());
+        while finished.len() < 2 {
+            let frame = loop {
+                if let Some(frame) = decoder.decode(&mut buffer).unwrap() {
+                    break frame;
+                }
+                assert!(client.read_buf(&mut buffer).await.unwrap() > 0, "closed early");
+            };
+            if let Frame::Data { stream, fin, data } = frame {
+                if stream == 5 {
+                    stdout.extend_from_slice(&data)
+                } else {
+                    error.extend_from_slice(&data)
+                }
+                if fin {
+                    finished.push(stream);
+                }
+            }
+        }
+        assert_eq!(stdout, b"hi");
+        let status: serde_json::Value = serde_json::from_slice(&error).unwrap();
+        assert_eq!(
+            (status["reason"].as_str(), status["details"]["causes"][0]["message"].as_str()),
+            (Some("NonZeroExitCode"), Some("3"))
+        );
+        drop(client);
+        assert_eq!(session.await.unwrap(), Ended::Told(Outcome::Exited(3)));
+    }
+
+    #[tokio::test]
+    async fn a_stream_of_no_known_type_ends_the_session() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let options = Options { stdout: true, ..Options::default() };
+        let session =
+            tokio::spawn(serve(server, "v4.channel.k8s.io", options, Process::default(), std::future::pending()));
+        send(&mut client, &mut Encoder::default(), open(1, "bogus")).await;
+        assert_eq!(session.await.unwrap(), Ended::ClientGone);
+    }
+}

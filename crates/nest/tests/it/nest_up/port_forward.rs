@@ -2,8 +2,9 @@
 //! from Debian packages (`scripts/test-images`, through a loopback registry): `kubectl port-forward` in its default
 //! transport (SPDY tunnelled in WebSocket) and forced to plain SPDY, `kubectl exec` forced to SPDY, the Python
 //! client's `portforward` as its e2e tests `test_portforward_raw` and `test_portforward_http` use it; and what an
-//! attacker tries: ports that are no ports, a port that only the node's own loopback listens on, an oversized SPDY
-//! frame and a flood of streams — each refused, and the node serving the next client. One `nest up` for all.
+//! attacker tries: a user who may only `get` pods/portforward, ports that are no ports, a port that only the node's
+//! own loopback listens on, an oversized SPDY frame and a flood of streams — each refused, and the node serving the
+//! next client. One `nest up` for all.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::Path;
@@ -320,6 +321,28 @@ spec:
         }
         let out = kubectl(admin, cache, &["get", "--raw", "/api/v1/namespaces/default/pods/nope/portforward?ports=80"]);
         assert!(text(&out.stderr).contains("NotFound"), "{}", text(&out.stderr));
+    });
+    cases.case("hostile: a user who may only get pods/portforward cannot forward: upstream's 403", || {
+        for args in [
+            &["create", "role", "getter", "--verb=get", "--resource=pods,pods/portforward"][..],
+            &["create", "rolebinding", "getter", "--role=getter", "--user=getter"],
+        ] {
+            let out = kubectl(admin, cache, args);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+        }
+        // Both transports: the WebSocket GET needs `create` too, and so does the SPDY POST kubectl falls back to.
+        for websockets in ["true", "false"] {
+            let out = Command::new(crate::common::KUBECTL)
+                .args(["port-forward", "--as", "getter", "pod/web", ":80"])
+                .env("KUBECONFIG", admin)
+                .env("KUBECACHEDIR", cache)
+                .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)
+                .output()
+                .unwrap();
+            let said = text(&out.stderr);
+            let forbidden = r#"User "getter" cannot create resource "pods/portforward""#;
+            assert!(!out.status.success() && said.contains(forbidden), "{websockets}: {said}");
+        }
     });
     cases.case("hostile: a port only the node's loopback listens on reaches nothing", || {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
