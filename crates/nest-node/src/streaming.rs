@@ -1,8 +1,9 @@
 //! The kubelet API's streams: `/exec/<namespace>/<pod>/<container>?command=…&input=1&output=1&error=1&tty=1` (the
 //! query the API server writes, as kube-apiserver's `ExecLocation` writes it) runs the command inside the
 //! container's sandbox with the OCI runtime's `exec` — the container's namespaces, user, environment, capabilities
-//! and cgroup — and connects it to the client over a channel-protocol WebSocket ([`nest_streams`]). With `tty`, the
-//! runtime gets a terminal of this node's making whose size the client's resize messages set.
+//! and cgroup — and connects it to the client over a channel-protocol WebSocket, or over SPDY/3.1 for a client that
+//! falls back to it ([`nest_streams`]). With `tty`, the runtime gets a terminal of this node's making whose size the
+//! client's resize messages set.
 //!
 //! Errors before the upgrade are `Status` objects with the kubelet's codes and messages (`container not found
 //! ("x")` is a 404), which the API server hands on unchanged.
