@@ -88,7 +88,8 @@ where
             (None, Some("data")) => stream.id.saturating_sub(2).to_string(),
             (None, _) => stream.id.to_string(),
         };
-        let pair = pairs.entry(request.clone()).or_default();
+        expire(&mut pairs).await;
+        let pair = pairs.entry(request.clone()).or_insert_with(Pair::new);
         match kind.as_deref() {
             Some("data") => pair.data = Some(stream),
             Some("error") => pair.error = Some(stream),
@@ -99,17 +100,38 @@ where
             }
         }
         if pair.data.is_some() && pair.error.is_some() {
-            let Some(Pair { data: Some(data), error: Some(error) }) = pairs.remove(&request) else { continue };
+            let Some(Pair { data: Some(data), error: Some(error), .. }) = pairs.remove(&request) else { continue };
             tokio::spawn(forward_pair(data, error, forwarder.clone()));
         }
     }
 }
 
 /// A forwarded connection's streams, as they arrive.
-#[derive(Default)]
 struct Pair {
     data: Option<Stream>,
     error: Option<Stream>,
+    /// When its first stream arrived.
+    since: std::time::Instant,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        Pair { data: None, error: None, since: std::time::Instant::now() }
+    }
+}
+
+/// Resets the streams of pairs whose other half has not come within the kubelet's `streamCreationTimeout`.
+async fn expire(pairs: &mut HashMap<String, Pair>) {
+    let timeout = crate::spdy::remotecommand::STREAM_CREATION_TIMEOUT;
+    let expired: Vec<String> =
+        pairs.iter().filter(|(_, pair)| pair.since.elapsed() >= timeout).map(|(id, _)| id.clone()).collect();
+    for id in expired {
+        if let Some(pair) = pairs.remove(&id) {
+            for stream in [pair.data, pair.error].into_iter().flatten() {
+                stream.writer.reset().await;
+            }
+        }
+    }
 }
 
 /// One forwarded connection: its port's connection, spliced to the data stream; a failure on the error stream.

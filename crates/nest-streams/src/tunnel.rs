@@ -81,3 +81,44 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Tunnel<S> {
         Pin::new(&mut self.ws).poll_close(cx).map_err(broken)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::SinkExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    use super::*;
+
+    /// Bytes written into one end of a tunnel come out of the other, across messages, and a shutdown (a normal
+    /// closure) is the other end's end of stream.
+    #[tokio::test]
+    async fn a_tunnel_carries_bytes_both_ways_and_its_end() {
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move {
+            let mut tunnel = Tunnel::new(crate::handshake::websocket(server_io).await);
+            let mut received = [0u8; 11];
+            tunnel.read_exact(&mut received).await.unwrap();
+            tunnel.write_all(&received).await.unwrap();
+            tunnel.shutdown().await.unwrap();
+        });
+        let mut client = Tunnel::new(WebSocketStream::from_raw_socket(client_io, Role::Client, None).await);
+        client.write_all(b"hello ").await.unwrap();
+        client.write_all(b"there").await.unwrap();
+        client.flush().await.unwrap();
+        let mut echoed = Vec::new();
+        client.read_to_end(&mut echoed).await.unwrap();
+        assert_eq!(echoed, b"hello there");
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_text_message_in_a_tunnel_is_an_error() {
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
+        client.send(Message::text("not bytes")).await.unwrap();
+        let mut tunnel = Tunnel::new(crate::handshake::websocket(server_io).await);
+        let error = tunnel.read(&mut [0u8; 16]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+    }
+}
