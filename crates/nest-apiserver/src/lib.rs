@@ -22,6 +22,7 @@ pub mod logs;
 pub mod node_authz;
 pub mod openapi;
 mod openapi_v2;
+pub mod port_forward;
 pub mod protobuf;
 pub mod reviews;
 pub mod streams;

@@ -119,7 +119,7 @@ pub async fn exec(
 }
 
 /// Sends the client's upgrade request to `path` on the kubelet; on `101`, splices the two connections.
-async fn proxy(
+pub(crate) async fn proxy(
     kubelet: &Kubelet,
     tls: Arc<rustls::ClientConfig>,
     path: &str,

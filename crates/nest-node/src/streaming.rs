@@ -1,8 +1,9 @@
 //! The kubelet API's streams: `/exec/<namespace>/<pod>/<container>?command=…&input=1&output=1&error=1&tty=1` (the
 //! query the API server writes, as kube-apiserver's `ExecLocation` writes it) runs the command inside the
 //! container's sandbox with the OCI runtime's `exec` — the container's namespaces, user, environment, capabilities
-//! and cgroup — and connects it to the client over a channel-protocol WebSocket ([`nest_streams`]). With `tty`, the
-//! runtime gets a terminal of this node's making whose size the client's resize messages set.
+//! and cgroup — and connects it to the client over a channel-protocol WebSocket, or over SPDY/3.1 for a client that
+//! falls back to it ([`nest_streams`]). With `tty`, the runtime gets a terminal of this node's making whose size the
+//! client's resize messages set.
 //!
 //! Errors before the upgrade are `Status` objects with the kubelet's codes and messages (`container not found
 //! ("x")` is a 404), which the API server hands on unchanged.
@@ -16,6 +17,7 @@ use hyper::{Request, Response, StatusCode};
 use nest_kubelet_server::Body;
 use nest_streams::channel::REMOTE_COMMAND;
 use nest_streams::remotecommand::{self, Ended, Options, Outcome, Process, TerminalSize};
+use nest_streams::spdy;
 use serde_json::json;
 
 use crate::Context;
@@ -110,17 +112,9 @@ pub(crate) async fn exec(
             );
         }
     };
-    let accepted = match nest_streams::handshake::accept(request.headers(), REMOTE_COMMAND) {
-        Ok(accepted) => accepted,
-        Err(nest_streams::handshake::Refusal::NotWebSocket) => {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "unable to upgrade connection: only WebSocket streams (v5.channel.k8s.io and older) are served; \
-                 SPDY/3.1 is not",
-            );
-        }
-        Err(refusal) => return status(StatusCode::BAD_REQUEST, "BadRequest", refusal.to_string()),
+    let upgrade = match upgrade_of(request.headers()) {
+        Ok(upgrade) => upgrade,
+        Err((code, reason, message)) => return status(code, reason, message),
     };
     let pending = match nest_kubelet_server::upgrade::take(&mut request) {
         Ok(pending) => pending,
@@ -138,11 +132,10 @@ pub(crate) async fn exec(
             );
         }
     };
-    let (protocol, options) = (accepted.protocol, asked.options);
+    let (response, options) = (upgrade.response(), asked.options);
     tokio::spawn(async move {
         let Ok(stream) = pending.stream().await else { return };
         let idle = stream.idle();
-        let ws = nest_streams::handshake::websocket(stream).await;
         let mut child = child;
         let ended = async {
             match child.wait().await {
@@ -153,7 +146,15 @@ pub(crate) async fn exec(
                 Err(error) => Outcome::Failed(error.to_string()),
             }
         };
-        let session = remotecommand::serve(ws, protocol, options, process, ended);
+        let session = async move {
+            match upgrade {
+                Upgrade::WebSocket(accepted) => {
+                    let ws = nest_streams::handshake::websocket(stream).await;
+                    remotecommand::serve(ws, accepted.protocol, options, process, ended).await
+                }
+                Upgrade::Spdy(protocol) => spdy::remotecommand::serve(stream, protocol, options, process, ended).await,
+            }
+        };
         let told = tokio::select! {
             ended = session => matches!(ended, Ended::Told(_)),
             () = idle.elapsed() => false,
@@ -173,18 +174,60 @@ pub(crate) async fn exec(
         // Dropping the runtime's process kills it too (kill_on_drop).
         drop(child);
     });
-    let mut response = Response::new(http_body_util::Empty::<Bytes>::new().boxed_unsync());
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let headers = response.headers_mut();
-    headers.insert("connection", "Upgrade".parse().expect("a header value"));
-    headers.insert("upgrade", "websocket".parse().expect("a header value"));
-    if let Ok(accept) = accepted.accept.parse() {
-        headers.insert("sec-websocket-accept", accept);
-    }
-    if !protocol.name.is_empty() {
-        headers.insert("sec-websocket-protocol", protocol.name.parse().expect("a protocol name is a header value"));
-    }
     response
+}
+
+/// The upgrade an exec asked for: a channel-protocol WebSocket (a GET), or SPDY/3.1 (a POST, client-go's fallback).
+enum Upgrade {
+    WebSocket(nest_streams::handshake::Accepted),
+    Spdy(&'static str),
+}
+
+/// Which upgrade `headers` ask for, or the code, reason and message of the `Status` that refuses them (upstream's
+/// 403 for a SPDY protocol no one shares).
+fn upgrade_of(headers: &hyper::HeaderMap) -> Result<Upgrade, (StatusCode, &'static str, String)> {
+    if nest_streams::handshake::is_spdy(headers) {
+        return nest_streams::handshake::spdy_protocol(headers, spdy::remotecommand::PROTOCOLS)
+            .map(Upgrade::Spdy)
+            .map_err(|message| (StatusCode::FORBIDDEN, "Forbidden", message));
+    }
+    match nest_streams::handshake::accept(headers, REMOTE_COMMAND) {
+        Ok(accepted) => Ok(Upgrade::WebSocket(accepted)),
+        Err(nest_streams::handshake::Refusal::NotWebSocket) => {
+            Err((StatusCode::BAD_REQUEST, "BadRequest", "Upgrade request required".into()))
+        }
+        Err(refusal) => Err((StatusCode::BAD_REQUEST, "BadRequest", refusal.to_string())),
+    }
+}
+
+impl Upgrade {
+    /// The `101` that says which.
+    fn response(&self) -> Response<Body> {
+        let mut response = Response::new(http_body_util::Empty::<Bytes>::new().boxed_unsync());
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let headers = response.headers_mut();
+        headers.insert("connection", "Upgrade".parse().expect("a header value"));
+        match self {
+            Upgrade::WebSocket(accepted) => {
+                headers.insert("upgrade", "websocket".parse().expect("a header value"));
+                if let Ok(accept) = accepted.accept.parse() {
+                    headers.insert("sec-websocket-accept", accept);
+                }
+                if !accepted.protocol.name.is_empty() {
+                    let name = accepted.protocol.name.parse().expect("a protocol name is a header value");
+                    headers.insert("sec-websocket-protocol", name);
+                }
+            }
+            Upgrade::Spdy(protocol) => {
+                headers.insert("upgrade", "SPDY/3.1".parse().expect("a header value"));
+                if !protocol.is_empty() {
+                    let name = protocol.parse().expect("a protocol name is a header value");
+                    headers.insert("x-stream-protocol-version", name);
+                }
+            }
+        }
+        response
+    }
 }
 
 /// Starts the runtime's `exec` of the command in `sandbox`, its standard streams as the client asked: pipes, or a

@@ -41,14 +41,40 @@ pub enum Refusal {
 
 /// Whether `headers` ask for a WebSocket upgrade (`Connection: upgrade` and `Upgrade: websocket`).
 pub fn is_websocket(headers: &HeaderMap) -> bool {
-    let has = |name: &str, token: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token)))
-    };
-    has("connection", "upgrade") && has("upgrade", "websocket")
+    has_token(headers, "connection", "upgrade") && has_token(headers, "upgrade", "websocket")
+}
+
+/// Whether `headers` ask for a SPDY/3.1 upgrade (`Connection: upgrade` and `Upgrade: SPDY/3.1`).
+pub fn is_spdy(headers: &HeaderMap) -> bool {
+    has_token(headers, "connection", "upgrade") && has_token(headers, "upgrade", "SPDY/3.1")
+}
+
+/// The stream protocol of a SPDY upgrade: the first of the client's `X-Stream-Protocol-Version` values that is
+/// among `supported` (`k8s.io/apimachinery/pkg/util/httpstream.Handshake`), or empty when the client named none. The
+/// refusal is upstream's message, answered with 403.
+pub fn spdy_protocol(headers: &HeaderMap, supported: &[&'static str]) -> Result<&'static str, String> {
+    let offered: Vec<&str> = headers
+        .get_all("x-stream-protocol-version")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if offered.is_empty() {
+        return Ok("");
+    }
+    offered.iter().find_map(|p| supported.iter().find(|s| *s == p).copied()).ok_or_else(|| {
+        format!("unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports {supported:?}")
+    })
+}
+
+fn has_token(headers: &HeaderMap, name: &str, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token)))
 }
 
 /// Checks a WebSocket upgrade request and chooses among `supported` the protocol to speak.

@@ -45,6 +45,12 @@ pub(super) type Serve = for<'a> fn(ResourceRequest<'a>) -> BoxFuture<'a, Result<
 pub(super) const SERVER_OWNED: &[ServerOwned] = &[
     ServerOwned { name: "log", held_by: HeldBy::Declared, long_running: true, serve: |r| Box::pin(log(r)) },
     ServerOwned { name: "exec", held_by: HeldBy::Declared, long_running: true, serve: |r| Box::pin(exec(r)) },
+    ServerOwned {
+        name: "portforward",
+        held_by: HeldBy::Declared,
+        long_running: true,
+        serve: |r| Box::pin(port_forward(r)),
+    },
     ServerOwned { name: "token", held_by: HeldBy::Declared, long_running: false, serve: |r| Box::pin(token(r)) },
     ServerOwned { name: "scale", held_by: HeldBy::Scalable, long_running: false, serve: |r| Box::pin(scale(r)) },
 ];
@@ -95,6 +101,19 @@ async fn exec(request: ResourceRequest<'_>) -> Result<Response<Body>> {
         crate::streams::Client { method: &request.method, headers: &request.headers, upgrade: request.upgrade.clone() };
     let tls = request.state.kubelet_tls.clone();
     crate::streams::exec(&request.state.registry, tls, request.namespace(), request.name(), options, client).await
+}
+
+/// `GET` (WebSocket) or `POST` (SPDY) `pods/<name>/portforward`: the node's stream ([`crate::port_forward`]).
+async fn port_forward(request: ResourceRequest<'_>) -> Result<Response<Body>> {
+    if !matches!(request.method, Method::GET | Method::POST) {
+        return Err(request.not_supported());
+    }
+    let ports = crate::port_forward::ports(request.query.get_all("ports"))?;
+    let client =
+        crate::streams::Client { method: &request.method, headers: &request.headers, upgrade: request.upgrade.clone() };
+    let (state, namespace, name) = (request.state, request.namespace(), request.name());
+    let tls = state.kubelet_tls.clone();
+    crate::port_forward::port_forward(&state.registry, tls, namespace, name, &ports, client).await
 }
 
 /// `POST serviceaccounts/<name>/token` (TokenRequest): answered with a token this server signs, never stored.
@@ -163,6 +182,8 @@ mod tests {
         assert!(long_running("/api/v1/namespaces/a/pods/b/log"));
         assert!(long_running("/api/v1/namespaces/a/pods/b/exec"));
         assert_eq!(server_owned(&pods, "exec").map(|row| row.name), Some("exec"));
+        assert_eq!(server_owned(&pods, "portforward").map(|row| row.name), Some("portforward"));
+        assert!(long_running("/api/v1/namespaces/a/pods/b/portforward"));
         assert!(!long_running("/api/v1/namespaces/a/pods/b/catalog"));
         assert!(!long_running("/apis/apps/v1/namespaces/a/deployments/b/scale"));
     }

@@ -614,6 +614,12 @@ impl Sandboxed {
         command
     }
 
+    /// The pod's network namespace (a bind mount), where its ports are forwarded to; `None` when it has none of its
+    /// own.
+    pub fn netns(&self) -> Option<&Path> {
+        self.netns.as_deref()
+    }
+
     /// A new file for the runtime to write an exec'd command's host process ID in, in the container's bundle.
     pub fn exec_pid_file(&self) -> PathBuf {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -202,6 +202,12 @@ impl PodRun {
         containers.iter().filter_map(|c| Some((c.name.clone(), started(c), c.running.clone()?))).collect()
     }
 
+    /// The pod's network namespace, as its running containers share it; `None` when none runs or it has none.
+    pub fn netns(&self) -> Option<PathBuf> {
+        let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        containers.iter().filter_map(|c| c.running.as_ref()).find_map(|sandbox| sandbox.netns().map(Path::to_path_buf))
+    }
+
     /// The pod's UID.
     pub fn uid(&self) -> &str {
         &self.shared.uid

@@ -13,12 +13,13 @@ use crate::meta;
 use crate::strategy::Strategy;
 use crate::validation;
 
-/// `pods/binding` (what a scheduler sends), and `pods/log` and `pods/exec` (served by the API server from the pod's
-/// node).
+/// `pods/binding` (what a scheduler sends), and `pods/log`, `pods/exec` and `pods/portforward` (served by the API
+/// server from the pod's node).
 pub const SUBRESOURCES: &[SubresourceInfo] = &[
     SubresourceInfo { name: "binding", kind: "Binding", verbs: &["create"] },
     SubresourceInfo { name: "exec", kind: "PodExecOptions", verbs: &["create", "get"] },
     SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"] },
+    SubresourceInfo { name: "portforward", kind: "PodPortForwardOptions", verbs: &["create", "get"] },
 ];
 
 /// Pods: the defaults controllers and clients rely on (pkg/apis/core/v1/defaults.go) and their field selectors.

@@ -6,6 +6,7 @@
 mod hostile;
 mod identities;
 mod images;
+mod port_forward;
 mod quick_start;
 mod rootfs;
 mod sandbox;
