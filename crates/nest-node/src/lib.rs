@@ -24,7 +24,7 @@ pub mod hosts;
 pub mod images;
 pub mod kubelet;
 pub mod network;
-mod port_forward;
+pub mod port_forward;
 pub mod prerequisites;
 pub mod probe;
 pub mod process;

@@ -164,7 +164,7 @@ fn dial_in(netns: PathBuf) -> portforward::Dial {
 /// Makes the connection from a thread that enters the namespace and ends with it: the blocking pool's threads,
 /// which run everything else, never leave the node's own network. Tries IPv4's loopback, then IPv6's, as
 /// `localhost` resolves.
-fn connect_inside(netns: &std::path::Path, port: u16) -> std::io::Result<std::net::TcpStream> {
+pub fn connect_inside(netns: &std::path::Path, port: u16) -> std::io::Result<std::net::TcpStream> {
     let namespace = std::fs::File::open(netns)?;
     let thread = std::thread::Builder::new().name("port-forward".into()).spawn(move || {
         // SAFETY: setns(2) changes only this thread's network namespace; the thread ends after the connect.

@@ -7,7 +7,8 @@
 //!   `Api::exec`, WebSocket); and the same command through `runc exec` on the management pod's container, the floor
 //!   under every path (the node runs exactly that);
 //! - **port-forward**: the zeros read through one forwarded stream (kube-rs's `Api::portforward`, WebSocket), timed
-//!   from the stream's opening, three times, the best kept; and read from the pod's address directly, the floor.
+//!   from the stream's opening, three times, the best kept; and read over a connection to localhost inside the pod's
+//!   network namespace, made as the node makes it for a port-forward (the floor).
 //!
 //! Through the tenant, a request goes tenant API server → the syncer's kubelet endpoint → management API server →
 //! node. One JSON line per measurement. The bench uses `nest up`'s fixed node and pod addresses: run no other
@@ -74,9 +75,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let summary = exec_round_trips(&pods_api, args.count).await.with_context(|| format!("exec in the {place}"))?;
         emit(exec_line(&format!("{place} API server (kube-rs, WebSocket)"), summary));
     }
-    let address = management.status.as_ref().and_then(|s| s.pod_ip.clone()).context("the pod has no address")?;
-    let direct = best_of(3, || direct_read(&address, bytes)).await?;
-    emit(throughput_line("a connection to the pod's address (the floor)", bytes, direct));
+    let uid = management.metadata.uid.clone().context("the pod has no uid")?;
+    let netns = Path::new("/run/netns").join(format!("nest-{uid}"));
+    let direct = best_of(3, || direct_read(&netns, bytes)).await?;
+    emit(throughput_line("localhost in the pod's network namespace, as the node dials it (the floor)", bytes, direct));
     for (place, client) in &places {
         let pods_api: Api<Pod> = Api::namespaced(client.clone(), "default");
         let took = best_of(3, || forwarded_read(&pods_api, bytes)).await.with_context(|| format!("in the {place}"))?;
@@ -200,14 +202,19 @@ async fn read_all(
     Ok(began.elapsed())
 }
 
-/// The zeros read from the pod's address (the pod's server may take a moment to listen again).
-async fn direct_read(address: &str, bytes: u64) -> anyhow::Result<Duration> {
+/// The zeros read over a connection to localhost in the pod's network namespace `netns`, made as the node makes one
+/// for a port-forward (the pod's server may take a moment to listen again).
+async fn direct_read(netns: &Path, bytes: u64) -> anyhow::Result<Duration> {
     let began = Instant::now();
     loop {
-        match tokio::net::TcpStream::connect((address, PORT)).await {
-            Ok(stream) => return read_all(stream, bytes, Instant::now()).await,
+        let path = netns.to_path_buf();
+        match tokio::task::spawn_blocking(move || nest_node::port_forward::connect_inside(&path, PORT)).await? {
+            Ok(stream) => {
+                stream.set_nonblocking(true)?;
+                return read_all(tokio::net::TcpStream::from_std(stream)?, bytes, Instant::now()).await;
+            }
             Err(_) if began.elapsed() < Duration::from_secs(10) => tokio::time::sleep(Duration::from_millis(50)).await,
-            Err(error) => return Err(error).context(format!("connecting to {address}:{PORT}")),
+            Err(error) => return Err(error).context(format!("connecting to port {PORT} in {}", netns.display())),
         }
     }
 }
