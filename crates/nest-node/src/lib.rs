@@ -17,6 +17,7 @@
 
 pub mod addresses;
 pub mod allowlist;
+mod attach;
 pub mod events;
 pub mod expand;
 pub mod firewall;

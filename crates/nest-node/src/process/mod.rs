@@ -22,6 +22,7 @@ pub mod layer;
 pub mod paths;
 pub mod prepare;
 pub mod sandbox;
+pub mod stdio;
 pub mod storage;
 mod subpath;
 mod supervise;

@@ -447,7 +447,9 @@ impl Sandboxes {
         let config = || -> Result<oci_spec::runtime::Spec, oci_spec::OciSpecError> {
             let caps: oci_spec::runtime::Capabilities = capabilities.iter().copied().collect();
             let process = ProcessBuilder::default()
-                .terminal(false)
+                // A container with `tty: true` gets a terminal of the runtime's making, which it copies to the
+                // node's ([`super::stdio`]).
+                .terminal(container.tty.unwrap_or(false))
                 .user(user.clone())
                 .args(args.clone())
                 .env(env.clone())

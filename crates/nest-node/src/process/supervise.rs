@@ -3,7 +3,6 @@
 
 use nest_core::clock::rfc3339_now;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,6 +40,12 @@ struct Container {
     started: bool,
     /// The sandbox while its first process runs: what exec and attach enter.
     running: Option<Arc<Sandboxed>>,
+    /// What its spec asks of its standard streams.
+    wants: super::stdio::Wants,
+    /// Its standard streams while it runs: what attach connects to.
+    stdio: Option<Arc<super::stdio::ContainerStdio>>,
+    /// Whether it is an ephemeral container (`kubectl debug`): run once, never restarted, reported apart.
+    ephemeral: bool,
 }
 
 /// Why a container cannot be entered (exec, attach).
@@ -118,6 +123,9 @@ impl PodRun {
             .chain(spec.containers.iter().map(|c| (c, false)))
             .zip(&launches)
             .map(|((c, init), launch)| Container {
+                wants: super::stdio::Wants::of(c),
+                stdio: None,
+                ephemeral: false,
                 name: c.name.clone(),
                 image: crate::images::reported(c.image.as_deref().unwrap_or_default()),
                 image_id: match &launch.image {
@@ -193,6 +201,13 @@ impl PodRun {
         let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
         let container = containers.iter().find(|c| c.name == name).ok_or(NotRunning::NoSuchContainer)?;
         container.running.clone().ok_or(NotRunning::NotRunning)
+    }
+
+    /// The standard streams of container `name` while its process runs: what attach connects to.
+    pub fn attachable(&self, name: &str) -> Result<Arc<super::stdio::ContainerStdio>, NotRunning> {
+        let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        let container = containers.iter().find(|c| c.name == name).ok_or(NotRunning::NoSuchContainer)?;
+        container.stdio.clone().filter(|_| container.running.is_some()).ok_or(NotRunning::NotRunning)
     }
 
     /// The pod's UID.
@@ -358,14 +373,7 @@ impl Shared {
             .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
         sandbox.fresh_root().map_err(|e| e.to_string())?;
         let mut command = sandbox.run();
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+        command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default()).kill_on_drop(true);
         // SAFETY: prctl(2) and umask(2) are async-signal-safe and touch no memory of the parent.
         unsafe {
             command.pre_exec(|| {
@@ -378,16 +386,19 @@ impl Shared {
                 Ok(())
             });
         }
-        let mut child = command.spawn().map_err(|e| format!("starting the OCI runtime: {e}"))?;
+        let wants = self.with(index, |c| c.wants);
+        let started = super::stdio::start(command, wants).map_err(|e| format!("starting the OCI runtime: {e}"))?;
         let log = Arc::new(tokio::sync::Mutex::new(log));
         let mut copies = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            copies.push(tokio::spawn(copy_lines(out, "stdout", log.clone())));
+        for (stream, output) in started.outputs {
+            let name = match stream {
+                super::stdio::Stream::Stdout => "stdout",
+                super::stdio::Stream::Stderr => "stderr",
+            };
+            copies.push(tokio::spawn(copy_lines(output, name, log.clone())));
         }
-        if let Some(err) = child.stderr.take() {
-            copies.push(tokio::spawn(copy_lines(err, "stderr", log)));
-        }
-        Ok((child, copies))
+        self.with(index, |c| c.stdio = Some(started.stdio));
+        Ok((started.child, copies))
     }
 
     /// Waits for the container's first process to exist: its host process ID, or `None` when the runtime ended (or
@@ -479,8 +490,12 @@ impl Shared {
             if let Some(message) = message {
                 terminated["terminated"]["message"] = json!(message);
             }
-            let init = self.with(index, |c| c.init);
+            if let Some(stdio) = self.with(index, |c| c.stdio.take()) {
+                stdio.finish();
+            }
+            let (init, ephemeral) = self.with(index, |c| (c.init, c.ephemeral));
             let restart = stop.borrow().is_none()
+                && !ephemeral
                 && match self.restart_policy.as_str() {
                     "Never" => false,
                     "OnFailure" => code != 0,
