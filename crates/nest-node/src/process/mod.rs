@@ -17,6 +17,7 @@
 //!   `sizeLimit`s, `ephemeral-storage` limits and claims' capacities are measured and a pod over one is evicted
 //!   ([`storage`], [`Runtime::enforce_storage`]).
 
+mod ephemeral;
 pub mod init;
 pub mod layer;
 pub mod paths;
@@ -504,6 +505,7 @@ impl Runtime {
             pod_dir,
             backoff: self.config.crash_backoff,
             storage,
+            netns,
         };
         let run = PodRun::start(self.client.clone(), self.events.clone(), pod, setting, launches);
         self.pods().insert(uid, run);

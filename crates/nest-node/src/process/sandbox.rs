@@ -564,6 +564,27 @@ impl Sandboxed {
         command
     }
 
+    /// Makes the container's bundle join the user and PID namespaces of the running process `pid` (another
+    /// container's first process) rather than make its own: an ephemeral container with `targetContainerName` sees
+    /// and may signal its target's processes, as upstream's runtimes give it the target's PID namespace. The user
+    /// namespace is joined too, since a PID namespace's `/proc` may only be mounted from the user namespace that owns
+    /// it; both containers' users are the pod's range either way.
+    pub fn join_pid_namespace_of(&self, pid: u32) -> Result<(), PrepareError> {
+        let file = self.bundle.join("config.json");
+        let text = std::fs::read(&file)?;
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| PrepareError::Config(format!("the container's sandbox: {e}")))?;
+        for namespace in config["linux"]["namespaces"].as_array_mut().into_iter().flatten() {
+            let kind = namespace["type"].as_str().unwrap_or_default();
+            if kind == "user" || kind == "pid" {
+                namespace["path"] = serde_json::json!(format!("/proc/{pid}/ns/{kind}"));
+            }
+        }
+        let text = serde_json::to_vec(&config).map_err(|e| PrepareError::Config(e.to_string()))?;
+        super::paths::write_beneath(&self.bundle, Path::new("config.json"), &text)?;
+        Ok(())
+    }
+
     /// Makes the container's root ready for a run: a fresh writable layer over its image (whatever an earlier run
     /// wrote is gone, as the kubelet starts a new container); nothing for a container of a host executable, whose
     /// root the bundle holds.

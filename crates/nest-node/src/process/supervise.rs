@@ -24,6 +24,9 @@ const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// How long the OCI runtime may take to start a container's first process.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The reason a container waits while it is being started.
+const CREATING: &str = "ContainerCreating";
+
 /// What is known of one container.
 #[derive(Clone, Debug)]
 struct Container {
@@ -89,6 +92,8 @@ pub struct Setting {
     pub backoff: Duration,
     /// What of the pod's storage is limited ([`super::storage`]).
     pub storage: super::storage::Limits,
+    /// The pod's network namespace, if it has one of its own: where ephemeral containers start too.
+    pub netns: Option<PathBuf>,
 }
 
 /// A running pod: stop it with [`PodRun::stop`].
@@ -100,6 +105,10 @@ pub struct PodRun {
     pub started: std::time::SystemTime,
     /// What of the pod's storage is limited, and where it is.
     pub storage: super::storage::Limits,
+    /// The pod's network namespace, if it has one of its own.
+    pub netns: Option<PathBuf>,
+    /// The runs of its ephemeral containers, waited for when the pod stops.
+    ephemeral: Mutex<Vec<tokio::task::JoinHandle<bool>>>,
 }
 
 impl PodRun {
@@ -111,7 +120,7 @@ impl PodRun {
         setting: Setting,
         launches: Vec<Launch>,
     ) -> Arc<PodRun> {
-        let Setting { pod_ip, host_ip, pod_dir, backoff, storage } = setting;
+        let Setting { pod_ip, host_ip, pod_dir, backoff, storage, netns } = setting;
         let spec = pod.spec.clone().unwrap_or_default();
         let restarts = super::Runtime::restart_counts(pod);
         // A pod this node ran before (it was restarted) keeps counting restarts.
@@ -181,7 +190,8 @@ impl PodRun {
             futures_util::future::join_all(containers).await;
             let _ = done_tx.send(true);
         });
-        Arc::new(PodRun { stop, done, shared, started: std::time::SystemTime::now(), storage })
+        let ephemeral = Mutex::new(Vec::new());
+        Arc::new(PodRun { stop, done, shared, started: std::time::SystemTime::now(), storage, netns, ephemeral })
     }
 
     /// The pod's namespace and name.
@@ -208,6 +218,55 @@ impl PodRun {
         let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
         let container = containers.iter().find(|c| c.name == name).ok_or(NotRunning::NoSuchContainer)?;
         container.stdio.clone().filter(|_| container.running.is_some()).ok_or(NotRunning::NotRunning)
+    }
+
+    /// Whether the pod has a container `name` this node started or tried to (an ephemeral container that could not
+    /// be started is tried again: it has none).
+    pub fn has_started(&self, name: &str) -> bool {
+        let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        let failed =
+            |c: &Container| c.ephemeral && c.state["waiting"]["reason"].as_str().is_some_and(|r| r != CREATING);
+        containers.iter().any(|c| c.name == name && !failed(c))
+    }
+
+    /// Records that ephemeral container `name` of `image` cannot start, as the kubelet reports it: waiting, with
+    /// `reason` and `message`.
+    pub async fn ephemeral_waiting(&self, name: &str, image: &str, reason: &str, message: &str) {
+        let waiting = json!({"waiting": {"reason": reason, "message": message}});
+        {
+            let mut containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+            match containers.iter_mut().find(|c| c.name == name) {
+                Some(known) if known.state == waiting => return,
+                Some(known) => known.state = waiting,
+                None => containers.push(ephemeral_container(name, image, String::new(), waiting)),
+            }
+        }
+        self.shared.report().await;
+    }
+
+    /// Starts ephemeral container `container` as `launch` says: once, never restarted, until it exits or the pod
+    /// stops.
+    pub fn start_ephemeral(&self, container: &k8s_openapi::api::core::v1::Container, launch: Launch) {
+        let image = container.image.as_deref().unwrap_or_default();
+        let image_id = launch.image.as_ref().map(|i| i.id.clone()).unwrap_or_default();
+        let creating = json!({"waiting": {"reason": CREATING}});
+        let mut entry = ephemeral_container(&container.name, image, image_id, creating);
+        entry.wants = super::stdio::Wants::of(container);
+        let index = {
+            let mut containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+            match containers.iter().position(|c| c.name == container.name) {
+                Some(index) => {
+                    containers[index] = entry;
+                    index
+                }
+                None => {
+                    containers.push(entry);
+                    containers.len() - 1
+                }
+            }
+        };
+        let run = self.shared.clone().run(index, launch, Probes::default(), self.stop.subscribe(), Duration::ZERO);
+        self.ephemeral.lock().unwrap_or_else(|p| p.into_inner()).push(tokio::spawn(run));
     }
 
     /// The pod's UID.
@@ -270,6 +329,29 @@ impl PodRun {
         });
         let mut done = self.done.clone();
         let _ = done.wait_for(|d| *d).await;
+        let ephemeral = std::mem::take(&mut *self.ephemeral.lock().unwrap_or_else(|p| p.into_inner()));
+        for run in ephemeral {
+            let _ = run.await;
+        }
+    }
+}
+
+/// An ephemeral container's entry, in `state`.
+fn ephemeral_container(name: &str, image: &str, image_id: String, state: Value) -> Container {
+    Container {
+        name: name.to_string(),
+        image: crate::images::reported(image),
+        image_id,
+        init: false,
+        restart_count: 0,
+        state,
+        last_state: json!({}),
+        ready: false,
+        started: false,
+        running: None,
+        wants: super::stdio::Wants::default(),
+        stdio: None,
+        ephemeral: true,
     }
 }
 
@@ -562,7 +644,7 @@ impl Shared {
             c.running = Some(sandbox.clone());
             c.state = json!({"running": {"startedAt": started_at}});
             c.started = !probes.has_startup();
-            c.ready = !c.init && !probes.has_readiness() && c.started;
+            c.ready = !c.init && !c.ephemeral && !probes.has_readiness() && c.started;
         });
         self.report().await;
         let target = probe::Target { pod_ip: self.pod_ip.clone(), sandbox: Some(sandbox.clone()) };
@@ -689,7 +771,8 @@ fn terminated_with(container: &Container) -> Option<i64> {
 
 /// The pod's status from its containers' states.
 fn pod_status(containers: &[Container], pod_ip: &str, host_ip: &str, start_time: &str) -> Value {
-    let (init, main): (Vec<&Container>, Vec<&Container>) = containers.iter().partition(|c| c.init);
+    let (ephemeral, containers): (Vec<&Container>, Vec<&Container>) = containers.iter().partition(|c| c.ephemeral);
+    let (init, main): (Vec<&Container>, Vec<&Container>) = containers.into_iter().partition(|c| c.init);
     let initialized = init.iter().all(|c| terminated_with(c) == Some(0));
     let init_failed = init.iter().any(|c| terminated_with(c).is_some_and(|code| code != 0));
     let all_done = main.iter().all(|c| terminated_with(c).is_some());
@@ -732,5 +815,6 @@ fn pod_status(containers: &[Container], pod_ip: &str, host_ip: &str, start_time:
         ],
         "initContainerStatuses": statuses(&init),
         "containerStatuses": statuses(&main),
+        "ephemeralContainerStatuses": statuses(&ephemeral),
     })
 }
