@@ -261,10 +261,10 @@ async fn delete(request: ResourceRequest<'_>) -> Result<Response<Body>> {
 /// applies to the current object, and the strategy takes from the result what the subresource may change.
 async fn patch_own(request: ResourceRequest<'_>) -> Result<Response<Body>> {
     if request.content_type == APPLY_PATCH {
-        return Err(ApiError::unsupported_media_type(format!(
+        return Err(ApiError::unsupported_media_type(
             "the body of the request was in an unknown format - accepted media types include: \
-             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
-        )));
+             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+        ));
     }
     let resource = &request.target.resource;
     let patch = parse_patch(&request.content_type, &request.body, resource.schema.is_some())?;
