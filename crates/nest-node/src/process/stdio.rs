@@ -216,8 +216,8 @@ impl ContainerStdio {
             });
             process.stdin = Some(Box::pin(client));
         }
-        if let Some(terminal) = &self.terminal {
-            let terminal = terminal.try_clone().map_err(|_| Refusal::NoStdin)?;
+        // A terminal that cannot be shared for resizes keeps its size.
+        if let Some(terminal) = self.terminal.as_ref().and_then(|t| t.try_clone().ok()) {
             let (sizes, mut asked) = mpsc::channel::<TerminalSize>(4);
             tokio::spawn(async move {
                 while let Some(size) = asked.recv().await {

@@ -420,14 +420,18 @@ impl Shared {
 
     /// Records an Event about container `index`, as the kubelet does (its failures are dropped: events explain).
     async fn event(&self, index: usize, type_: &str, reason: &str, message: String) {
-        let (name, init) = self.with(index, |c| (c.name.clone(), c.init));
+        let (name, init, ephemeral) = self.with(index, |c| (c.name.clone(), c.init, c.ephemeral));
         let pod = crate::events::About {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             uid: self.uid.clone(),
             field_path: None,
         };
-        let about = pod.container(&name, init);
+        let about = if ephemeral {
+            crate::events::About { field_path: Some(format!("spec.ephemeralContainers{{{name}}}")), ..pod }
+        } else {
+            pod.container(&name, init)
+        };
         crate::events::record(&self.events, &about, type_, reason, &message);
     }
 
