@@ -1,5 +1,6 @@
-//! `pods/<name>/exec` and `pods/<name>/attach`: connect requests, proxied to the pod's node as kube-apiserver proxies them (`ExecLocation` in
-//! `pkg/registry/core/pod/strategy.go` chooses the container and writes the kubelet's URL; `UpgradeAwareHandler` in
+//! `pods/<name>/exec` and `pods/<name>/attach`: connect requests, proxied to the pod's node as kube-apiserver
+//! proxies them (`ExecLocation` and `AttachLocation` in `pkg/registry/core/pod/strategy.go` choose the container
+//! and write the kubelet's URL; `UpgradeAwareHandler` in
 //! `k8s.io/apimachinery/pkg/util/proxy` splices the connection). The client's upgrade request (a WebSocket GET, or
 //! a SPDY POST) goes to the kubelet API with this server's kubelet-client certificate; once the node answers `101`,
 //! bytes are copied both ways until either side closes. The protocols themselves are the node's

@@ -4,8 +4,8 @@
 //! connected to itself:
 //!
 //! - **Output** (stdout and stderr, or with `tty: true` the terminal's one stream) is read by the node, written to
-//!   the container's log line by line, and offered at the same time to whoever is attached ([`ContainerStdio::attach`]):
-//!   each chunk goes to a bounded broadcast, so that an attached client that does not read loses output rather than
+//!   the container's log line by line, and offered at the same time to whoever is attached
+//!   ([`ContainerStdio::attach`]): each chunk goes to a bounded broadcast, so that an attached client that does not read loses output rather than
 //!   stalling the container or growing the node's memory.
 //! - **Input** is `/dev/null` unless the container has `stdin: true`; then it is a pipe (or the terminal) the node
 //!   keeps open with nothing written until a client attaches with stdin. With `stdinOnce: true` it is closed when
