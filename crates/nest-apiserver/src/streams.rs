@@ -1,5 +1,6 @@
-//! `pods/<name>/exec`: connect requests, proxied to the pod's node as kube-apiserver proxies them (`ExecLocation` in
-//! `pkg/registry/core/pod/strategy.go` chooses the container and writes the kubelet's URL; `UpgradeAwareHandler` in
+//! `pods/<name>/exec` and `pods/<name>/attach`: connect requests, proxied to the pod's node as kube-apiserver
+//! proxies them (`ExecLocation` and `AttachLocation` in `pkg/registry/core/pod/strategy.go` choose the container
+//! and write the kubelet's URL; `UpgradeAwareHandler` in
 //! `k8s.io/apimachinery/pkg/util/proxy` splices the connection). The client's upgrade request (a WebSocket GET, or
 //! a SPDY POST) goes to the kubelet API with this server's kubelet-client certificate; once the node answers `101`,
 //! bytes are copied both ways until either side closes. The protocols themselves are the node's
@@ -115,6 +116,23 @@ pub async fn exec(
     let container = container(&pod, Some(&options.container))?;
     let kubelet = Kubelet::of(registry, &pod, "exec into").await?;
     let path = format!("/exec/{namespace}/{name}/{container}?{}", options.kubelet_query());
+    proxy(&kubelet, tls, &path, client).await
+}
+
+/// Answers `pods/<name>/attach`: the node's `101` (and from then on, the container's own streams), or why not.
+pub async fn attach(
+    registry: &Registry,
+    tls: Arc<rustls::ClientConfig>,
+    namespace: &str,
+    name: &str,
+    options: ExecOptions,
+    client: Client<'_>,
+) -> Result<Response<Body>> {
+    let pods = registry.resource("", "v1", "pods").expect("pods are built in");
+    let pod = registry.get(&pods, namespace, name).await?;
+    let container = container(&pod, Some(&options.container))?;
+    let kubelet = Kubelet::of(registry, &pod, "attach to").await?;
+    let path = format!("/attach/{namespace}/{name}/{container}?{}", options.kubelet_query());
     proxy(&kubelet, tls, &path, client).await
 }
 

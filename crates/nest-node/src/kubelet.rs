@@ -103,6 +103,9 @@ async fn handle(context: &Context, request: Request<hyper::body::Incoming>) -> R
     if let ["portForward", rest @ ..] = segments.as_slice() {
         return crate::port_forward::port_forward(context, request, rest).await;
     }
+    if let ["attach", rest @ ..] = segments.as_slice() {
+        return crate::attach::attach(context, request, rest).await;
+    }
     let Some(rest) = path.strip_prefix("/containerLogs/") else {
         return text(StatusCode::NOT_FOUND, format!("{path}: not found\n"));
     };

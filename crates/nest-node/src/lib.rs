@@ -17,6 +17,7 @@
 
 pub mod addresses;
 pub mod allowlist;
+mod attach;
 pub mod events;
 pub mod expand;
 pub mod firewall;
@@ -559,7 +560,9 @@ async fn process_reconcile(pod: &Pod, context: &Context, runtime: &process::Runt
         node_memory: quantity::parse(&context.options.memory),
     };
     if runtime.knows(&uid) {
-        // Running: its volumes are kept up to date, its tokens renewed; a failure is tried again at the next look.
+        // Running: ephemeral containers it gained are started (`kubectl debug`); its volumes are kept up to date,
+        // its tokens renewed; a failure is tried again at the next look.
+        runtime.start_ephemeral(pod, &facts).await;
         let again = match runtime.refresh(pod, &facts).await {
             Ok(again) => again,
             Err(error) => {

@@ -166,11 +166,9 @@ where
         pump(stdout, channels::STDOUT, protocol, out.clone()),
         pump(stderr, channels::STDERR, protocol, out.clone()),
     );
-    let finished = async {
-        let outcome = ended.await;
-        pumps.await;
-        outcome
-    };
+    // The output is sent while the process runs (an interactive shell's prompt, an attached container's lines),
+    // and all of it before how the process ended.
+    let finished = async { futures_util::future::join(ended, pumps).await.0 };
     let from_client = read_client(&mut incoming, protocol, stdin, resize);
     tokio::pin!(finished, from_client);
     let outcome = tokio::select! {

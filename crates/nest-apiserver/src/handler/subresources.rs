@@ -51,6 +51,7 @@ pub(super) const SERVER_OWNED: &[ServerOwned] = &[
         long_running: true,
         serve: |r| Box::pin(port_forward(r)),
     },
+    ServerOwned { name: "attach", held_by: HeldBy::Declared, long_running: true, serve: |r| Box::pin(attach(r)) },
     ServerOwned { name: "token", held_by: HeldBy::Declared, long_running: false, serve: |r| Box::pin(token(r)) },
     ServerOwned { name: "scale", held_by: HeldBy::Scalable, long_running: false, serve: |r| Box::pin(scale(r)) },
 ];
@@ -114,6 +115,21 @@ async fn port_forward(request: ResourceRequest<'_>) -> Result<Response<Body>> {
     let (state, namespace, name) = (request.state, request.namespace(), request.name());
     let tls = state.kubelet_tls.clone();
     crate::port_forward::port_forward(&state.registry, tls, namespace, name, &ports, client).await
+}
+
+/// `GET` (WebSocket) or `POST` (SPDY) `pods/<name>/attach`: the node's stream of the running container's own
+/// standard streams ([`crate::streams`]).
+async fn attach(request: ResourceRequest<'_>) -> Result<Response<Body>> {
+    if !matches!(request.method, Method::GET | Method::POST) {
+        return Err(request.not_supported());
+    }
+    let query = &request.query;
+    // An attach runs no command: whatever `command` says is not read.
+    let options = crate::streams::ExecOptions::read(|key| query.get(key), |_| Vec::new())?;
+    let client =
+        crate::streams::Client { method: &request.method, headers: &request.headers, upgrade: request.upgrade.clone() };
+    let tls = request.state.kubelet_tls.clone();
+    crate::streams::attach(&request.state.registry, tls, request.namespace(), request.name(), options, client).await
 }
 
 /// `POST serviceaccounts/<name>/token` (TokenRequest): answered with a token this server signs, never stored.
@@ -184,6 +200,9 @@ mod tests {
         assert_eq!(server_owned(&pods, "exec").map(|row| row.name), Some("exec"));
         assert_eq!(server_owned(&pods, "portforward").map(|row| row.name), Some("portforward"));
         assert!(long_running("/api/v1/namespaces/a/pods/b/portforward"));
+        assert_eq!(server_owned(&pods, "attach").map(|row| row.name), Some("attach"));
+        assert!(long_running("/api/v1/namespaces/a/pods/b/attach"));
+        assert!(server_owned(&pods, "ephemeralcontainers").is_none(), "the pod's strategy writes them");
         assert!(!long_running("/api/v1/namespaces/a/pods/b/catalog"));
         assert!(!long_running("/apis/apps/v1/namespaces/a/deployments/b/scale"));
     }

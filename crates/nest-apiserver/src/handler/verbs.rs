@@ -126,6 +126,10 @@ pub(super) async fn serve(
         (&Method::POST | &Method::PUT, true, Some(sub), _) if writes_own(info, sub, &request.method) => {
             write_own(request).await
         }
+        (&Method::PATCH, true, Some(sub), _) if writes_own(info, sub, &request.method) => {
+            request.verb_allowed("patch")?;
+            patch_own(request).await
+        }
         _ => Err(request.not_supported()),
     }
 }
@@ -140,9 +144,13 @@ fn read_whole(info: &ResourceInfo, sub: &str) -> bool {
 }
 
 /// Whether `method` writes the kind's own subresource `sub` (`pods/binding` is created, `namespaces/finalize`
-/// updated).
+/// updated, `pods/ephemeralcontainers` updated or patched).
 fn writes_own(info: &ResourceInfo, sub: &str, method: &Method) -> bool {
-    let verb = if method == Method::POST { "create" } else { "update" };
+    let verb = match *method {
+        Method::POST => "create",
+        Method::PATCH => "patch",
+        _ => "update",
+    };
     info.subresources.iter().any(|own| own.name == sub && own.verbs.contains(&verb))
 }
 
@@ -247,6 +255,26 @@ async fn delete(request: ResourceRequest<'_>) -> Result<Response<Body>> {
     // 202 when the object lingers (finalizers), 200 when it is gone.
     let code = if nest_registry::meta::is_deleting(&obj) { StatusCode::ACCEPTED } else { StatusCode::OK };
     Ok(json_response(code, &obj))
+}
+
+/// A patch of the kind's own subresource whose view is the object itself (`pods/ephemeralcontainers`): the patch
+/// applies to the current object, and the strategy takes from the result what the subresource may change.
+async fn patch_own(request: ResourceRequest<'_>) -> Result<Response<Body>> {
+    if request.content_type == APPLY_PATCH {
+        return Err(ApiError::unsupported_media_type(
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+        ));
+    }
+    let resource = &request.target.resource;
+    let patch = parse_patch(&request.content_type, &request.body, resource.schema.is_some())?;
+    let sub = request.target.subresource.as_deref().unwrap_or_default();
+    let (ns, name, dry_run) = (request.namespace(), request.name(), request.query.dry_run()?);
+    let schema = resource.schema.as_deref();
+    let registry = &request.state.registry;
+    let patched =
+        registry.patch_subresource(resource, ns, name, sub, dry_run, |current| apply_patch(&patch, current, schema));
+    Ok(json_response(StatusCode::OK, &patched.await?))
 }
 
 /// A write of the kind's own subresource, which its strategy handles: the object for an update, a `Status` for a

@@ -5,6 +5,7 @@
 mod server;
 
 mod defaulting;
+mod ephemeral_containers;
 mod limit_range;
 mod resource_quota;
 mod reviews;

@@ -17,11 +17,13 @@
 //!   `sizeLimit`s, `ephemeral-storage` limits and claims' capacities are measured and a pod over one is evicted
 //!   ([`storage`], [`Runtime::enforce_storage`]).
 
+mod ephemeral;
 pub mod init;
 pub mod layer;
 pub mod paths;
 pub mod prepare;
 pub mod sandbox;
+pub mod stdio;
 pub mod storage;
 mod subpath;
 mod supervise;
@@ -508,6 +510,7 @@ impl Runtime {
             pod_dir,
             backoff: self.config.crash_backoff,
             storage,
+            netns,
         };
         let run = PodRun::start(self.client.clone(), self.events.clone(), pod, setting, launches);
         self.pods().insert(uid, run);

@@ -447,7 +447,9 @@ impl Sandboxes {
         let config = || -> Result<oci_spec::runtime::Spec, oci_spec::OciSpecError> {
             let caps: oci_spec::runtime::Capabilities = capabilities.iter().copied().collect();
             let process = ProcessBuilder::default()
-                .terminal(false)
+                // A container with `tty: true` gets a terminal of the runtime's making, which it copies to the
+                // node's ([`super::stdio`]).
+                .terminal(container.tty.unwrap_or(false))
                 .user(user.clone())
                 .args(args.clone())
                 .env(env.clone())
@@ -572,6 +574,27 @@ impl Sandboxed {
             }
         }
         command
+    }
+
+    /// Makes the container's bundle join the user and PID namespaces of the running process `pid` (another
+    /// container's first process) rather than make its own: an ephemeral container with `targetContainerName` sees
+    /// and may signal its target's processes, as upstream's runtimes give it the target's PID namespace. The user
+    /// namespace is joined too, since a PID namespace's `/proc` may only be mounted from the user namespace that owns
+    /// it; both containers' users are the pod's range either way.
+    pub fn join_pid_namespace_of(&self, pid: u32) -> Result<(), PrepareError> {
+        let file = self.bundle.join("config.json");
+        let text = std::fs::read(&file)?;
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| PrepareError::Config(format!("the container's sandbox: {e}")))?;
+        for namespace in config["linux"]["namespaces"].as_array_mut().into_iter().flatten() {
+            let kind = namespace["type"].as_str().unwrap_or_default();
+            if kind == "user" || kind == "pid" {
+                namespace["path"] = serde_json::json!(format!("/proc/{pid}/ns/{kind}"));
+            }
+        }
+        let text = serde_json::to_vec(&config).map_err(|e| PrepareError::Config(e.to_string()))?;
+        super::paths::write_beneath(&self.bundle, Path::new("config.json"), &text)?;
+        Ok(())
     }
 
     /// Makes the container's root ready for a run: a fresh writable layer over its image (whatever an earlier run

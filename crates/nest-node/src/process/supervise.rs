@@ -3,7 +3,6 @@
 
 use nest_core::clock::rfc3339_now;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +24,9 @@ const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// How long the OCI runtime may take to start a container's first process.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The reason a container waits while it is being started.
+const CREATING: &str = "ContainerCreating";
+
 /// What is known of one container.
 #[derive(Clone, Debug)]
 struct Container {
@@ -41,6 +43,12 @@ struct Container {
     started: bool,
     /// The sandbox while its first process runs: what exec and attach enter.
     running: Option<Arc<Sandboxed>>,
+    /// What its spec asks of its standard streams.
+    wants: super::stdio::Wants,
+    /// Its standard streams while it runs: what attach connects to.
+    stdio: Option<Arc<super::stdio::ContainerStdio>>,
+    /// Whether it is an ephemeral container (`kubectl debug`): run once, never restarted, reported apart.
+    ephemeral: bool,
 }
 
 /// Why a container cannot be entered (exec, attach).
@@ -84,6 +92,8 @@ pub struct Setting {
     pub backoff: Duration,
     /// What of the pod's storage is limited ([`super::storage`]).
     pub storage: super::storage::Limits,
+    /// The pod's network namespace, if it has one of its own: where ephemeral containers start too.
+    pub netns: Option<PathBuf>,
 }
 
 /// A running pod: stop it with [`PodRun::stop`].
@@ -95,6 +105,10 @@ pub struct PodRun {
     pub started: std::time::SystemTime,
     /// What of the pod's storage is limited, and where it is.
     pub storage: super::storage::Limits,
+    /// The pod's network namespace, if it has one of its own.
+    pub netns: Option<PathBuf>,
+    /// The runs of its ephemeral containers, waited for when the pod stops.
+    ephemeral: Mutex<Vec<tokio::task::JoinHandle<bool>>>,
 }
 
 impl PodRun {
@@ -106,7 +120,7 @@ impl PodRun {
         setting: Setting,
         launches: Vec<Launch>,
     ) -> Arc<PodRun> {
-        let Setting { pod_ip, host_ip, pod_dir, backoff, storage } = setting;
+        let Setting { pod_ip, host_ip, pod_dir, backoff, storage, netns } = setting;
         let spec = pod.spec.clone().unwrap_or_default();
         let restarts = super::Runtime::restart_counts(pod);
         // A pod this node ran before (it was restarted) keeps counting restarts.
@@ -118,6 +132,9 @@ impl PodRun {
             .chain(spec.containers.iter().map(|c| (c, false)))
             .zip(&launches)
             .map(|((c, init), launch)| Container {
+                wants: super::stdio::Wants::of(c),
+                stdio: None,
+                ephemeral: false,
                 name: c.name.clone(),
                 image: crate::images::reported(c.image.as_deref().unwrap_or_default()),
                 image_id: match &launch.image {
@@ -173,7 +190,8 @@ impl PodRun {
             futures_util::future::join_all(containers).await;
             let _ = done_tx.send(true);
         });
-        Arc::new(PodRun { stop, done, shared, started: std::time::SystemTime::now(), storage })
+        let ephemeral = Mutex::new(Vec::new());
+        Arc::new(PodRun { stop, done, shared, started: std::time::SystemTime::now(), storage, netns, ephemeral })
     }
 
     /// The pod's namespace and name.
@@ -206,6 +224,62 @@ impl PodRun {
     pub fn netns(&self) -> Option<PathBuf> {
         let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
         containers.iter().filter_map(|c| c.running.as_ref()).find_map(|sandbox| sandbox.netns().map(Path::to_path_buf))
+    }
+
+    /// The standard streams of container `name` while its process runs: what attach connects to.
+    pub fn attachable(&self, name: &str) -> Result<Arc<super::stdio::ContainerStdio>, NotRunning> {
+        let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        let container = containers.iter().find(|c| c.name == name).ok_or(NotRunning::NoSuchContainer)?;
+        container.stdio.clone().filter(|_| container.running.is_some()).ok_or(NotRunning::NotRunning)
+    }
+
+    /// Whether the pod has a container `name` this node started or tried to (an ephemeral container that could not
+    /// be started is tried again: it has none).
+    pub fn has_started(&self, name: &str) -> bool {
+        let containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        let failed =
+            |c: &Container| c.ephemeral && c.state["waiting"]["reason"].as_str().is_some_and(|r| r != CREATING);
+        containers.iter().any(|c| c.name == name && !failed(c))
+    }
+
+    /// Records that ephemeral container `name` of `image` cannot start, as the kubelet reports it: waiting, with
+    /// `reason` and `message`.
+    pub async fn ephemeral_waiting(&self, name: &str, image: &str, reason: &str, message: &str) {
+        let waiting = json!({"waiting": {"reason": reason, "message": message}});
+        {
+            let mut containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+            match containers.iter_mut().find(|c| c.name == name) {
+                Some(known) if known.state == waiting => return,
+                Some(known) => known.state = waiting,
+                None => containers.push(ephemeral_container(name, image, String::new(), waiting)),
+            }
+        }
+        self.shared.report().await;
+    }
+
+    /// Starts ephemeral container `container` as `launch` says: once, never restarted, until it exits or the pod
+    /// stops.
+    pub fn start_ephemeral(&self, container: &k8s_openapi::api::core::v1::Container, launch: Launch) {
+        let image = container.image.as_deref().unwrap_or_default();
+        let image_id = launch.image.as_ref().map(|i| i.id.clone()).unwrap_or_default();
+        let creating = json!({"waiting": {"reason": CREATING}});
+        let mut entry = ephemeral_container(&container.name, image, image_id, creating);
+        entry.wants = super::stdio::Wants::of(container);
+        let index = {
+            let mut containers = self.shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+            match containers.iter().position(|c| c.name == container.name) {
+                Some(index) => {
+                    containers[index] = entry;
+                    index
+                }
+                None => {
+                    containers.push(entry);
+                    containers.len() - 1
+                }
+            }
+        };
+        let run = self.shared.clone().run(index, launch, Probes::default(), self.stop.subscribe(), Duration::ZERO);
+        self.ephemeral.lock().unwrap_or_else(|p| p.into_inner()).push(tokio::spawn(run));
     }
 
     /// The pod's UID.
@@ -268,6 +342,29 @@ impl PodRun {
         });
         let mut done = self.done.clone();
         let _ = done.wait_for(|d| *d).await;
+        let ephemeral = std::mem::take(&mut *self.ephemeral.lock().unwrap_or_else(|p| p.into_inner()));
+        for run in ephemeral {
+            let _ = run.await;
+        }
+    }
+}
+
+/// An ephemeral container's entry, in `state`.
+fn ephemeral_container(name: &str, image: &str, image_id: String, state: Value) -> Container {
+    Container {
+        name: name.to_string(),
+        image: crate::images::reported(image),
+        image_id,
+        init: false,
+        restart_count: 0,
+        state,
+        last_state: json!({}),
+        ready: false,
+        started: false,
+        running: None,
+        wants: super::stdio::Wants::default(),
+        stdio: None,
+        ephemeral: true,
     }
 }
 
@@ -336,14 +433,18 @@ impl Shared {
 
     /// Records an Event about container `index`, as the kubelet does (its failures are dropped: events explain).
     async fn event(&self, index: usize, type_: &str, reason: &str, message: String) {
-        let (name, init) = self.with(index, |c| (c.name.clone(), c.init));
+        let (name, init, ephemeral) = self.with(index, |c| (c.name.clone(), c.init, c.ephemeral));
         let pod = crate::events::About {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             uid: self.uid.clone(),
             field_path: None,
         };
-        let about = pod.container(&name, init);
+        let about = if ephemeral {
+            crate::events::About { field_path: Some(format!("spec.ephemeralContainers{{{name}}}")), ..pod }
+        } else {
+            pod.container(&name, init)
+        };
         crate::events::record(&self.events, &about, type_, reason, &message);
     }
 
@@ -371,14 +472,7 @@ impl Shared {
             .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
         sandbox.fresh_root().map_err(|e| e.to_string())?;
         let mut command = sandbox.run();
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+        command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default()).kill_on_drop(true);
         // SAFETY: prctl(2) and umask(2) are async-signal-safe and touch no memory of the parent.
         unsafe {
             command.pre_exec(|| {
@@ -391,16 +485,19 @@ impl Shared {
                 Ok(())
             });
         }
-        let mut child = command.spawn().map_err(|e| format!("starting the OCI runtime: {e}"))?;
+        let wants = self.with(index, |c| c.wants);
+        let started = super::stdio::start(command, wants).map_err(|e| format!("starting the OCI runtime: {e}"))?;
         let log = Arc::new(tokio::sync::Mutex::new(log));
         let mut copies = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            copies.push(tokio::spawn(copy_lines(out, "stdout", log.clone())));
+        for (stream, output) in started.outputs {
+            let name = match stream {
+                super::stdio::Stream::Stdout => "stdout",
+                super::stdio::Stream::Stderr => "stderr",
+            };
+            copies.push(tokio::spawn(copy_lines(output, name, log.clone())));
         }
-        if let Some(err) = child.stderr.take() {
-            copies.push(tokio::spawn(copy_lines(err, "stderr", log)));
-        }
-        Ok((child, copies))
+        self.with(index, |c| c.stdio = Some(started.stdio));
+        Ok((started.child, copies))
     }
 
     /// Waits for the container's first process to exist: its host process ID, or `None` when the runtime ended (or
@@ -492,8 +589,12 @@ impl Shared {
             if let Some(message) = message {
                 terminated["terminated"]["message"] = json!(message);
             }
-            let init = self.with(index, |c| c.init);
+            if let Some(stdio) = self.with(index, |c| c.stdio.take()) {
+                stdio.finish();
+            }
+            let (init, ephemeral) = self.with(index, |c| (c.init, c.ephemeral));
             let restart = stop.borrow().is_none()
+                && !ephemeral
                 && match self.restart_policy.as_str() {
                     "Never" => false,
                     "OnFailure" => code != 0,
@@ -560,7 +661,7 @@ impl Shared {
             c.running = Some(sandbox.clone());
             c.state = json!({"running": {"startedAt": started_at}});
             c.started = !probes.has_startup();
-            c.ready = !c.init && !probes.has_readiness() && c.started;
+            c.ready = !c.init && !c.ephemeral && !probes.has_readiness() && c.started;
         });
         self.report().await;
         let target = probe::Target { pod_ip: self.pod_ip.clone(), sandbox: Some(sandbox.clone()) };
@@ -687,7 +788,8 @@ fn terminated_with(container: &Container) -> Option<i64> {
 
 /// The pod's status from its containers' states.
 fn pod_status(containers: &[Container], pod_ip: &str, host_ip: &str, start_time: &str) -> Value {
-    let (init, main): (Vec<&Container>, Vec<&Container>) = containers.iter().partition(|c| c.init);
+    let (ephemeral, containers): (Vec<&Container>, Vec<&Container>) = containers.iter().partition(|c| c.ephemeral);
+    let (init, main): (Vec<&Container>, Vec<&Container>) = containers.into_iter().partition(|c| c.init);
     let initialized = init.iter().all(|c| terminated_with(c) == Some(0));
     let init_failed = init.iter().any(|c| terminated_with(c).is_some_and(|code| code != 0));
     let all_done = main.iter().all(|c| terminated_with(c).is_some());
@@ -730,5 +832,6 @@ fn pod_status(containers: &[Container], pod_ip: &str, host_ip: &str, start_time:
         ],
         "initContainerStatuses": statuses(&init),
         "containerStatuses": statuses(&main),
+        "ephemeralContainerStatuses": statuses(&ephemeral),
     })
 }

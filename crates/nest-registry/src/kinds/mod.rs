@@ -7,7 +7,7 @@
 //! | kind | file |
 //! |---|---|
 //! | Namespace | [`namespace`] |
-//! | Pod (and `pods/binding`) | [`pod`] |
+//! | Pod (and `pods/binding`, `pods/ephemeralcontainers`) | [`pod`], [`pod_ephemeral`], [`pod_numbers`] |
 //! | Service (ClusterIP allocation) | [`service`] |
 //! | ConfigMap, Secret | [`config`] |
 //! | Event (core and `events.k8s.io`) | [`event`] |
@@ -41,6 +41,7 @@ pub mod network_policy;
 pub mod node;
 pub mod persistent_volume;
 pub mod pod;
+pub mod pod_ephemeral;
 pub mod pod_numbers;
 pub mod priority_class;
 pub mod rbac;

@@ -10,13 +10,17 @@ use serde_json::{Value, json};
 use crate::catalog::{ResourceInfo, SubresourceInfo};
 use crate::error::{ApiError, Cause, Result};
 use crate::meta;
-use crate::strategy::Strategy;
+use crate::strategy::{Strategy, Subresource};
 use crate::validation;
 
-/// `pods/binding` (what a scheduler sends), and `pods/log`, `pods/exec` and `pods/portforward` (served by the API
-/// server from the pod's node).
+use super::pod_ephemeral::{self, SUBRESOURCE};
+
+/// `pods/binding` (what a scheduler sends), `pods/ephemeralcontainers` (what `kubectl debug` writes), and
+/// `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward` (served by the API server from the pod's node).
 pub const SUBRESOURCES: &[SubresourceInfo] = &[
+    SubresourceInfo { name: "attach", kind: "PodAttachOptions", verbs: &["create", "get"] },
     SubresourceInfo { name: "binding", kind: "Binding", verbs: &["create"] },
+    SubresourceInfo { name: SUBRESOURCE, kind: "Pod", verbs: &["get", "patch", "update"] },
     SubresourceInfo { name: "exec", kind: "PodExecOptions", verbs: &["create", "get"] },
     SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"] },
     SubresourceInfo { name: "portforward", kind: "PodPortForwardOptions", verbs: &["create", "get"] },
@@ -67,7 +71,34 @@ impl Strategy for Pod {
     }
 
     fn validate(&self, obj: &Value) -> Vec<Cause> {
+        let mut causes = spec(&obj["spec"], "spec");
+        pod_ephemeral::check_create(&obj["spec"], &mut causes);
+        causes
+    }
+
+    /// The main resource keeps the ephemeral containers it has: only `pods/ephemeralcontainers` changes them.
+    fn prepare_for_update(&self, obj: &mut Value, old: &Value) {
+        self.prepare_for_create(obj);
+        if obj["spec"].is_object() {
+            match old["spec"].get("ephemeralContainers") {
+                Some(kept) => obj["spec"]["ephemeralContainers"] = kept.clone(),
+                None => {
+                    obj["spec"].as_object_mut().map(|spec| spec.remove("ephemeralContainers"));
+                }
+            }
+        }
+    }
+
+    fn validate_update(&self, obj: &Value, _old: &Value) -> Vec<Cause> {
         spec(&obj["spec"], "spec")
+    }
+
+    fn validate_update_of(&self, subresource: Subresource, obj: &Value, old: &Value) -> Vec<Cause> {
+        let mut causes = self.validate_update(obj, old);
+        if subresource == Subresource::Own(SUBRESOURCE) {
+            pod_ephemeral::check_update(obj, old, &mut causes);
+        }
+        causes
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {
@@ -101,7 +132,10 @@ impl Strategy for Pod {
 
     /// `binding`: the pod bound to the Binding's `target.name`, as kube-apiserver's binding storage does it: only an
     /// unbound pod that is not being deleted, with `PodScheduled` set true.
-    fn update_subresource(&self, _name: &str, info: &ResourceInfo, current: &Value, binding: &Value) -> Result<Value> {
+    fn update_subresource(&self, sub: &str, info: &ResourceInfo, current: &Value, binding: &Value) -> Result<Value> {
+        if sub == SUBRESOURCE {
+            return Ok(pod_ephemeral::updated(current, binding));
+        }
         let name = meta::name(current);
         let node = binding["target"]["name"]
             .as_str()
@@ -225,6 +259,11 @@ fn requests_from_limits(c: &mut Value) {
             }
         }
     }
+}
+
+/// An ephemeral container's defaults: a container's.
+pub(super) fn default_ephemeral_container(c: &mut Value) {
+    default_container(c);
 }
 
 fn default_container(c: &mut Value) {
@@ -468,6 +507,7 @@ pub fn spec(spec: &Value, at: &str) -> Vec<Cause> {
             }
         }
     }
+    pod_ephemeral::check(spec, at, &mut causes);
     super::pod_numbers::check(spec, at, &mut causes);
     causes
 }

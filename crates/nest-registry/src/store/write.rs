@@ -554,12 +554,26 @@ impl Registry {
         body: Value,
         dry_run: bool,
     ) -> Result<Value> {
+        self.patch_subresource(resource, namespace, name, subresource, dry_run, |_| Ok(body.clone())).await
+    }
+
+    /// [`Registry::update_subresource`] with a body made from the current object (a patch of the subresource's view
+    /// of it, such as `pods/ephemeralcontainers`, which is the pod): `body` gets the current object.
+    pub async fn patch_subresource(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        subresource: &str,
+        dry_run: bool,
+        mut body: impl FnMut(&Value) -> Result<Value> + Send,
+    ) -> Result<Value> {
         let info = &resource.info;
         let Some(own) = info.subresources.iter().find(|s| s.name == subresource) else {
             return Err(ApiError::no_route());
         };
         self.update_with(resource, namespace, name, Subresource::Own(own.name), dry_run, |current| {
-            resource.strategy.update_subresource(own.name, info, current, &body)
+            resource.strategy.update_subresource(own.name, info, current, &body(current)?)
         })
         .await
     }

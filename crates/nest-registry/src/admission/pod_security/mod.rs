@@ -243,7 +243,10 @@ impl PodSecurity {
         pod: &Value,
         warnings: &Warnings,
     ) -> Result<()> {
-        if request.subresource != Subresource::Main
+        // Upstream checks the pod itself and its ephemeral containers' writes; its other subresources (status,
+        // binding) change nothing Pod Security looks at.
+        let checked = matches!(request.subresource, Subresource::Main | Subresource::Own("ephemeralcontainers"));
+        if !checked
             || request.old.is_some_and(|old| !significant_update(pod, old))
             || self.exempt_runtime_class(&pod["spec"])
         {

@@ -3,6 +3,7 @@
 //! for as long as its `nest up` lives; a test that starts `nest up` anywhere else fails when `scripts/check` runs it
 //! (see `common::up::machine_lock`), since there it would hold one of the other lane's threads while it waits.
 
+mod attach;
 mod hostile;
 mod identities;
 mod images;
