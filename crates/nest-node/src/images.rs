@@ -622,11 +622,16 @@ impl Store {
                 });
             }
         }
-        for dir in ["etc", "proc", "dev", "tmp", "sys"] {
+        // The directories every container needs, where the image has none, with the modes a root filesystem gives
+        // them: not the node's umask (077), under which a container user other than its root could open nothing
+        // in /dev (the runtime keeps the mode of the directory it mounts /dev on) and write nothing in /tmp.
+        use std::os::unix::fs::PermissionsExt as _;
+        for (dir, mode) in [("etc", 0o755), ("proc", 0o555), ("dev", 0o755), ("tmp", 0o1777), ("sys", 0o555)] {
             let path = temporary.join(dir);
             if std::fs::symlink_metadata(&path).is_err() {
                 std::fs::create_dir(&path)?;
                 std::os::unix::fs::lchown(&path, Some(base), Some(base))?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
             }
         }
         for file in ["etc/hosts", "etc/hostname", "etc/resolv.conf"] {
@@ -636,7 +641,6 @@ impl Store {
             }
         }
         std::os::unix::fs::lchown(&temporary, Some(base), Some(base))?;
-        use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
         std::fs::rename(&temporary, &target)?;
         Ok(target)
@@ -1192,5 +1196,29 @@ mod tests {
         assert!(!store.may_use(&image, &nobody), "no credentials, though the same content is public elsewhere");
         store.record_pull(&image.image_id(), &nobody.fingerprint("127.0.0.1:5000")).unwrap();
         assert!(store.may_use(&image, &bob), "once pulled without credentials, the image is for every pod");
+    }
+
+    #[test]
+    fn a_root_gets_the_directories_an_image_lacks_with_a_root_filesystems_modes() {
+        // SAFETY: geteuid(2) cannot fail and touches no memory.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: giving a root to a user range needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let image = Image {
+            reference: "127.0.0.1:5000/bare:v1".into(),
+            id: format!("sha256:{}", "b".repeat(64)),
+            config: ImageConfiguration::default(),
+            layers: Vec::new(),
+        };
+        let root = store.rootfs(&image, 1 << 20).unwrap();
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        for (path, mode) in [("dev", 0o755), ("tmp", 0o1777), ("proc", 0o555), ("etc", 0o755)] {
+            let meta = std::fs::metadata(root.join(path)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o7777, mode, "/{path}");
+            assert_eq!(meta.uid(), 1 << 20, "/{path} belongs to the container's root");
+        }
     }
 }

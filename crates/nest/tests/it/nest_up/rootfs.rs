@@ -84,6 +84,16 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
+metadata: {{name: unprivileged}}
+spec:
+  securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
+  containers:
+  - name: sh
+    image: "{busybox}"
+    command: [sh, -c, "head -c 3 /dev/zero | wc -c; echo y > /tmp/g && cat /tmp/g; echo z > /dev/null && echo null; sleep 3600"]
+---
+apiVersion: v1
+kind: Pod
 metadata: {{name: again}}
 spec:
   containers:
@@ -174,6 +184,17 @@ spec:
         let scratch = pod("scratch");
         assert!(layer_of(&scratch, "sh").join("upper/tmp/f").is_file(), "/tmp/f is not in scratch's writable layer");
     });
+    cases.case(
+        "a container user other than root reads /dev/zero, writes /dev/null and /tmp (the image has neither)",
+        || {
+            let said = || {
+                String::from_utf8_lossy(&kubectl(&admin, cache.path(), &["logs", "unprivileged"]).stdout).into_owned()
+            };
+            eventually(120, "unprivileged's lines", || said().lines().count() >= 3);
+            let lines: Vec<String> = said().lines().map(|l| l.trim().to_string()).collect();
+            assert_eq!(lines, ["3", "y", "null"], "what a user (1000) of busybox could do");
+        },
+    );
     cases.case("a restarted container starts from its image again, not from what the last run wrote", || {
         let restarts = || pod("again")["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0);
         eventually(120, "again restarted twice", || restarts() >= 2);
