@@ -1,5 +1,9 @@
-//! Which images a node may run as processes, and with which executable: an ordered list of image patterns (`*`
-//! matches any run of characters) each mapped to a local program.
+//! Which images a node runs as host executables rather than pulling them: nest's own image only (any registry, any
+//! tag), as the `nest` binary the node itself runs. Every other image is pulled and run as a kubelet runs it.
+//!
+//! The programs nest's image needs beside the binary are mounted into its containers too: `etcd`, when the node has
+//! it on `PATH`, which a tenant control plane's etcd members run (`nest etcd-member`, the `nest` flavor's
+//! `etcd.yaml`). No image maps to etcd: `registry.k8s.io/etcd` and its like are images like any other.
 
 use std::path::{Path, PathBuf};
 
@@ -14,37 +18,36 @@ pub struct Entry {
 #[derive(Clone, Debug, Default)]
 pub struct Allowlist {
     pub entries: Vec<Entry>,
+    /// Host programs mounted into the allowlisted containers beside the entries' executables.
+    pub companions: Vec<PathBuf>,
 }
 
 /// The image names under which nest itself is published (with any registry and tag); they run the `nest` binary.
 pub const NEST_IMAGES: &[&str] = &["nest", "nest:*", "*/nest", "*/nest:*", "*/nest@*"];
-/// The usual etcd image names (registry.k8s.io/etcd, quay.io/coreos/etcd, gcr.io/etcd-development/etcd, …).
-pub const ETCD_IMAGES: &[&str] = &["etcd", "etcd:*", "*/etcd", "*/etcd:*", "*/etcd@*"];
 
 impl Allowlist {
-    /// nest's own images mapped to `nest` (the running binary), and etcd's to `etcd` when it is on `PATH`.
+    /// nest's own images mapped to `nest` (the running binary), with `etcd` as a companion when it is on `PATH`.
     pub fn defaults(nest: &Path) -> Allowlist {
-        let mut entries: Vec<Entry> =
+        let entries: Vec<Entry> =
             NEST_IMAGES.iter().map(|p| Entry { pattern: (*p).to_string(), executable: nest.to_path_buf() }).collect();
-        if let Some(etcd) = find_on_path("etcd") {
-            entries.extend(ETCD_IMAGES.iter().map(|p| Entry { pattern: (*p).to_string(), executable: etcd.clone() }));
-        }
-        Allowlist { entries }
-    }
-
-    /// Parses `PATTERN=EXECUTABLE`, as `--allow-image` takes it.
-    pub fn parse_entry(text: &str) -> Result<Entry, String> {
-        let (pattern, executable) =
-            text.split_once('=').ok_or_else(|| format!("{text:?}: expected IMAGE-PATTERN=EXECUTABLE"))?;
-        if pattern.is_empty() || executable.is_empty() {
-            return Err(format!("{text:?}: expected IMAGE-PATTERN=EXECUTABLE"));
-        }
-        Ok(Entry { pattern: pattern.to_string(), executable: PathBuf::from(executable) })
+        Allowlist { entries, companions: find_on_path("etcd").into_iter().collect() }
     }
 
     /// The executable for `image`, if the image is allowed.
     pub fn executable(&self, image: &str) -> Option<&Path> {
         self.entries.iter().find(|e| wildcard(&e.pattern, image)).map(|e| e.executable.as_path())
+    }
+
+    /// Every host program mounted into the containers of allowlisted images: the entries' executables, then the
+    /// companions.
+    pub fn programs(&self) -> Vec<PathBuf> {
+        let mut programs: Vec<PathBuf> = Vec::new();
+        for program in self.entries.iter().map(|e| &e.executable).chain(&self.companions) {
+            if !programs.contains(program) {
+                programs.push(program.clone());
+            }
+        }
+        programs
     }
 }
 
@@ -87,11 +90,14 @@ mod tests {
         for image in ["nest", "nest:0.1", "ghcr.io/nest-dev/nest:latest", "localhost:5000/nest", "x/nest@sha256:ab"] {
             assert_eq!(list.executable(image), Some(Path::new("/bin/nest")), "{image}");
         }
-        for image in ["nginx", "nestor", "ghcr.io/nest-dev/nestor:1", "nest-other:1"] {
+        // Only nest's own image: etcd's, a shell's and everything else are pulled as images.
+        let list = Allowlist { companions: vec!["/usr/bin/etcd".into()], ..list };
+        for image in
+            ["nginx", "nestor", "ghcr.io/nest-dev/nestor:1", "nest-other:1", "etcd", "registry.k8s.io/etcd:3.5"]
+        {
             assert_eq!(list.executable(image), None, "{image}");
         }
+        assert_eq!(list.programs(), [PathBuf::from("/bin/nest"), PathBuf::from("/usr/bin/etcd")]);
         assert!(wildcard("a*b*c", "a-b-c") && wildcard("a*b*c", "abc") && !wildcard("a*b*c", "acb"));
-        assert_eq!(Allowlist::parse_entry("busybox:*=/bin/busybox").unwrap().pattern, "busybox:*");
-        assert!(Allowlist::parse_entry("busybox").is_err());
     }
 }

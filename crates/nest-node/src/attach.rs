@@ -1,8 +1,8 @@
 //! The kubelet API's `/attach/<namespace>/<pod>/<container>?input=1&output=1&error=1&tty=1` (the query the API
 //! server writes, as kube-apiserver's `AttachLocation` writes it): the running container's own standard streams
-//! ([`crate::process::stdio`]) over a channel-protocol WebSocket ([`nest_streams`]). Output from the moment of
-//! attaching (what came before is in the log), input when the container has `stdin: true`, resizes of its terminal
-//! when it has `tty: true`. The session ends when the container's process does (its error channel then says
+//! ([`crate::process::stdio`]) over a channel-protocol WebSocket, or over SPDY/3.1 for a client that falls back to it
+//! (the same [`crate::streaming::Upgrade`] as an exec's). Output from the moment of attaching (what came before is
+//! in the log), input when the container has `stdin: true`, resizes of its terminal when it has `tty: true`. The session ends when the container's process does (its error channel then says
 //! `Success`, as a CRI runtime's attach returns without error when the container exits), or when the client goes —
 //! which, unlike an exec's, leaves the container running.
 //!
@@ -10,17 +10,14 @@
 //! (containerd's `ContainerIO.Attach`) would accept the stream and drop the input; refusing tells the client why
 //! nothing it types arrives.
 
-use bytes::Bytes;
-use http_body_util::BodyExt as _;
 use hyper::{Request, Response, StatusCode};
 use nest_kubelet_server::Body;
-use nest_streams::channel::REMOTE_COMMAND;
-use nest_streams::remotecommand::{self, Options, Outcome};
+use nest_streams::remotecommand::{Options, Outcome};
 
 use crate::Context;
 use crate::process::NotRunning;
 use crate::process::stdio::Refusal;
-use crate::streaming::status;
+use crate::streaming::{status, upgrade_of};
 
 /// Reads `/attach`'s query: the kubelet's names (`input`, `output`, `error`, `tty`), as `NewOptions` reads them.
 fn attach_options(query: &str) -> Result<Options, String> {
@@ -73,8 +70,10 @@ pub(crate) async fn attach(
             );
         }
     };
-    // Whether the stream carries a terminal is the container's to say, not the client's (the kubelet's `GetAttach`
-    // takes `tty` from the container's spec).
+    // The streams are the client's to open, as its query names them (the kubelet's `createStreams` waits for
+    // those); whether the process has a terminal is the container's to say, not the client's (the kubelet's
+    // `GetAttach` takes `tty` from the container's spec).
+    let asked = options;
     options.tty = stdio.wants().tty;
     if options.tty {
         options.stderr = false;
@@ -92,55 +91,28 @@ pub(crate) async fn attach(
             );
         }
     };
-    let accepted = match nest_streams::handshake::accept(request.headers(), REMOTE_COMMAND) {
-        Ok(accepted) => accepted,
-        Err(nest_streams::handshake::Refusal::NotWebSocket) => {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "unable to upgrade connection: only WebSocket streams (v5.channel.k8s.io and older) are served; \
-                 SPDY/3.1 is not",
-            );
-        }
-        Err(refusal) => return status(StatusCode::BAD_REQUEST, "BadRequest", refusal.to_string()),
+    let upgrade = match upgrade_of(request.headers()) {
+        Ok(upgrade) => upgrade,
+        Err((code, reason, message)) => return status(code, reason, message),
     };
     let pending = match nest_kubelet_server::upgrade::take(&mut request) {
         Ok(pending) => pending,
         Err(error) => return status(StatusCode::BAD_REQUEST, "BadRequest", error.to_string()),
     };
-    let protocol = accepted.protocol;
+    let response = upgrade.response();
     tokio::spawn(async move {
         let Ok(stream) = pending.stream().await else { return };
         let idle = stream.idle();
-        let ws = nest_streams::handshake::websocket(stream).await;
         let ended = async {
             stdio.ended().await;
             Outcome::Exited(0)
         };
-        let session = remotecommand::serve(ws, protocol, options, process, ended);
+        let session = upgrade.serve(stream, asked, process, ended);
         tokio::select! {
             _ = session => {}
             () = idle.elapsed() => tracing::debug!("an attach idled out"),
         }
     });
-    switching(&accepted.accept, protocol.name)
-}
-
-/// The `101` that hands the connection over to the WebSocket.
-fn switching(accept: &str, protocol: &str) -> Response<Body> {
-    let mut response = Response::new(http_body_util::Empty::<Bytes>::new().boxed_unsync());
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let headers = response.headers_mut();
-    headers.insert("connection", "Upgrade".parse().expect("a header value"));
-    headers.insert("upgrade", "websocket".parse().expect("a header value"));
-    if let Ok(accept) = accept.parse() {
-        headers.insert("sec-websocket-accept", accept);
-    }
-    if !protocol.is_empty()
-        && let Ok(protocol) = protocol.parse()
-    {
-        headers.insert("sec-websocket-protocol", protocol);
-    }
     response
 }
 

@@ -2,12 +2,13 @@
 //! query the API server writes, as kube-apiserver's `ExecLocation` writes it) runs the command inside the
 //! container's sandbox with the OCI runtime's `exec` — the container's namespaces, user, environment, capabilities
 //! and cgroup — and connects it to the client over a channel-protocol WebSocket, or over SPDY/3.1 for a client that
-//! falls back to it ([`nest_streams`]). With `tty`, the runtime gets a terminal of this node's making whose size the
+//! falls back to it ([`nest_streams`]; [`Upgrade`] chooses, for exec and attach alike). With `tty`, the runtime gets a terminal of this node's making whose size the
 //! client's resize messages set.
 //!
 //! Errors before the upgrade are `Status` objects with the kubelet's codes and messages (`container not found
 //! ("x")` is a 404), which the API server hands on unchanged.
 
+use std::future::Future;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::process::Stdio;
 
@@ -146,15 +147,7 @@ pub(crate) async fn exec(
                 Err(error) => Outcome::Failed(error.to_string()),
             }
         };
-        let session = async move {
-            match upgrade {
-                Upgrade::WebSocket(accepted) => {
-                    let ws = nest_streams::handshake::websocket(stream).await;
-                    remotecommand::serve(ws, accepted.protocol, options, process, ended).await
-                }
-                Upgrade::Spdy(protocol) => spdy::remotecommand::serve(stream, protocol, options, process, ended).await,
-            }
-        };
+        let session = upgrade.serve(stream, options, process, ended);
         let told = tokio::select! {
             ended = session => matches!(ended, Ended::Told(_)),
             () = idle.elapsed() => false,
@@ -177,15 +170,16 @@ pub(crate) async fn exec(
     response
 }
 
-/// The upgrade an exec asked for: a channel-protocol WebSocket (a GET), or SPDY/3.1 (a POST, client-go's fallback).
-enum Upgrade {
+/// The upgrade an exec or an attach asked for: a channel-protocol WebSocket (a GET), or SPDY/3.1 (a POST,
+/// client-go's fallback).
+pub(crate) enum Upgrade {
     WebSocket(nest_streams::handshake::Accepted),
     Spdy(&'static str),
 }
 
 /// Which upgrade `headers` ask for, or the code, reason and message of the `Status` that refuses them (upstream's
 /// 403 for a SPDY protocol no one shares).
-fn upgrade_of(headers: &hyper::HeaderMap) -> Result<Upgrade, (StatusCode, &'static str, String)> {
+pub(crate) fn upgrade_of(headers: &hyper::HeaderMap) -> Result<Upgrade, (StatusCode, &'static str, String)> {
     if nest_streams::handshake::is_spdy(headers) {
         return nest_streams::handshake::spdy_protocol(headers, spdy::remotecommand::PROTOCOLS)
             .map(Upgrade::Spdy)
@@ -201,8 +195,26 @@ fn upgrade_of(headers: &hyper::HeaderMap) -> Result<Upgrade, (StatusCode, &'stat
 }
 
 impl Upgrade {
+    /// Runs the remote-command session on the upgraded connection `stream` in the protocol asked for: `process`'s
+    /// streams to and from the client until `ended` resolves and the output has been sent, or the client goes.
+    pub(crate) async fn serve(
+        self,
+        stream: nest_kubelet_server::upgrade::Stream,
+        options: Options,
+        process: Process,
+        ended: impl Future<Output = Outcome>,
+    ) -> Ended {
+        match self {
+            Upgrade::WebSocket(accepted) => {
+                let ws = nest_streams::handshake::websocket(stream).await;
+                remotecommand::serve(ws, accepted.protocol, options, process, ended).await
+            }
+            Upgrade::Spdy(protocol) => spdy::remotecommand::serve(stream, protocol, options, process, ended).await,
+        }
+    }
+
     /// The `101` that says which.
-    fn response(&self) -> Response<Body> {
+    pub(crate) fn response(&self) -> Response<Body> {
         let mut response = Response::new(http_body_util::Empty::<Bytes>::new().boxed_unsync());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         let headers = response.headers_mut();

@@ -1,6 +1,7 @@
 //! `pods/ephemeralcontainers` (issue 35), with kubectl on both backends: read as the pod, written (PATCH, PUT) only
 //! in `spec.ephemeralContainers`, entries only added; a pod is never created with them, nor given them through the
-//! pod itself; upstream's 422s and Pod Security's 403 for what may not be.
+//! pod itself (an update of the pod that changes them is upstream's 422); upstream's 422s and Pod Security's 403 for
+//! what may not be.
 
 use crate::Server;
 
@@ -94,17 +95,33 @@ fn ephemeral_containers_are_only_added_through_their_subresource() {
             "{backend}: {said}"
         );
 
-        // Not through the pod itself: its update keeps them as they are.
-        server.ok(&[
-            "patch",
-            "pod",
-            "app",
-            "--type=json",
-            "-p",
-            r#"[{"op":"remove","path":"/spec/ephemeralContainers"}]"#,
-        ]);
+        // Not through the pod itself: a PATCH or PUT of the pod that changes them is upstream's 422, and changes
+        // nothing; one that leaves them as they are goes through.
+        let upstream = "The Pod \"app\" is invalid: spec: Forbidden: pod updates may not change fields other than \
+                        `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,\
+                        `spec.tolerations` (only additions to existing tolerations),\
+                        `spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+        let removed = r#"[{"op":"remove","path":"/spec/ephemeralContainers"}]"#;
+        let added = r#"[{"op":"add","path":"/spec/ephemeralContainers/-","value":{"name":"d3","image":"busybox"}}]"#;
+        for patch in [removed, added] {
+            let out = server.kubectl(&["patch", "pod", "app", "--type=json", "-p", patch]);
+            let said = stderr(&out);
+            assert!(!out.status.success() && said.contains(upstream), "{backend}: {said}");
+        }
+        let mut body = server.json(&["get", "pod", "app"]);
+        body["spec"]["ephemeralContainers"][0]["image"] = serde_json::json!("nginx");
+        let out = server.kubectl_with_input(&["replace", "-f", "-"], Some(&body.to_string()));
+        let said = stderr(&out);
+        assert!(!out.status.success() && said.contains(upstream), "{backend}: {said}");
         let pod = server.json(&["get", "pod", "app"]);
-        assert_eq!(pod["spec"]["ephemeralContainers"].as_array().map(Vec::len), Some(2), "{backend}");
+        let names: Vec<&str> =
+            pod["spec"]["ephemeralContainers"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["d1", "d2"], "{backend}");
+        assert_eq!(pod["spec"]["ephemeralContainers"][0]["image"], "busybox", "{backend}");
+        server.ok(&["label", "pod", "app", "touched=yes"]);
+        let mut body = server.json(&["get", "pod", "app"]);
+        body["spec"]["containers"][0]["image"] = serde_json::json!("busybox:1");
+        server.ok_with_input(&["replace", "-f", "-"], &body.to_string());
         // Nor at create.
         let created = "apiVersion: v1\nkind: Pod\nmetadata: {name: born}\nspec:\n  containers: [{name: a, image: busybox}]\n  \
                        ephemeralContainers: [{name: e, image: busybox}]\n";

@@ -139,7 +139,7 @@ impl Runtime {
         for entry in std::fs::read_dir(config.data_dir.join("pods")).map_err(preparing)?.flatten() {
             supervise::kill_leftovers(&entry.path().join("pids"));
         }
-        let programs = config.allowlist.entries.iter().map(|e| e.executable.clone()).collect();
+        let programs = config.allowlist.programs();
         let sandboxes = sandbox::Sandboxes::new(
             &config.data_dir,
             &config.oci_runtime,

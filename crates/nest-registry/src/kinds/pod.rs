@@ -76,17 +76,8 @@ impl Strategy for Pod {
         causes
     }
 
-    /// The main resource keeps the ephemeral containers it has: only `pods/ephemeralcontainers` changes them.
-    fn prepare_for_update(&self, obj: &mut Value, old: &Value) {
+    fn prepare_for_update(&self, obj: &mut Value, _old: &Value) {
         self.prepare_for_create(obj);
-        if obj["spec"].is_object() {
-            match old["spec"].get("ephemeralContainers") {
-                Some(kept) => obj["spec"]["ephemeralContainers"] = kept.clone(),
-                None => {
-                    obj["spec"].as_object_mut().map(|spec| spec.remove("ephemeralContainers"));
-                }
-            }
-        }
     }
 
     fn validate_update(&self, obj: &Value, _old: &Value) -> Vec<Cause> {
@@ -95,8 +86,11 @@ impl Strategy for Pod {
 
     fn validate_update_of(&self, subresource: Subresource, obj: &Value, old: &Value) -> Vec<Cause> {
         let mut causes = self.validate_update(obj, old);
-        if subresource == Subresource::Own(SUBRESOURCE) {
-            pod_ephemeral::check_update(obj, old, &mut causes);
+        match subresource {
+            Subresource::Own(SUBRESOURCE) => pod_ephemeral::check_update(obj, old, &mut causes),
+            // Only `pods/ephemeralcontainers` changes them; the pod itself refuses to (upstream's 422).
+            Subresource::Main => pod_ephemeral::check_main_update(obj, old, &mut causes),
+            _ => {}
         }
         causes
     }

@@ -145,6 +145,36 @@ pub fn check_update(new: &Value, old: &Value, causes: &mut Vec<Cause>) {
     }
 }
 
+/// The fields of a pod's spec that an update of the pod itself may change, in upstream's words
+/// (`updatablePodSpecFields`, pkg/apis/core/validation/validation.go, 1.33), which its refusal lists.
+const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,\
+`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),\
+`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// The check of an update of the pod itself (PUT or PATCH of `pods/<name>`, `ValidatePodUpdate`): its ephemeral
+/// containers are not among the fields it may change, so a body whose `spec.ephemeralContainers` differs from the
+/// stored pod's is refused with upstream's `spec: Forbidden: pod updates may not change fields other than …`, rather
+/// than the change being dropped without a word. Upstream appends a `cmp.Diff` of the two specs; this one names the
+/// ephemeral containers before and after.
+pub fn check_main_update(new: &Value, old: &Value, causes: &mut Vec<Cause>) {
+    let list =
+        |pod: &Value| -> Vec<Value> { pod["spec"]["ephemeralContainers"].as_array().cloned().unwrap_or_default() };
+    let (before, after) = (list(old), list(new));
+    if before == after {
+        return;
+    }
+    let names = |list: &[Value]| -> Vec<String> {
+        list.iter().map(|c| c["name"].as_str().unwrap_or_default().to_string()).collect()
+    };
+    let message = format!(
+        "Forbidden: pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n  \
+         spec.ephemeralContainers: {:?} -> {:?} (only pods/{SUBRESOURCE} adds ephemeral containers)",
+        names(&before),
+        names(&after)
+    );
+    causes.push(forbidden("spec", &message));
+}
+
 /// Whether a field is set: present and not its type's zero value (upstream compares with the zero value).
 fn set(value: &Value) -> bool {
     match value {
@@ -225,6 +255,36 @@ mod tests {
         check_update(&pod(json!([{"name": "d1", "image": "nginx"}])), &old, &mut causes);
         assert_eq!(causes[0].field, "spec.ephemeralContainers[d1]");
         assert!(causes[0].message.starts_with("Forbidden: existing ephemeral containers \"d1\" may not be changed"));
+    }
+
+    #[test]
+    fn an_update_of_the_pod_itself_may_not_change_its_ephemeral_containers() {
+        let old = pod(json!([{"name": "d1", "image": "busybox"}]));
+        let refused = |new: &Value| {
+            let mut causes = Vec::new();
+            check_main_update(new, &old, &mut causes);
+            causes.into_iter().map(|c| (c.field, c.message)).collect::<Vec<_>>()
+        };
+        assert!(refused(&old).is_empty(), "unchanged");
+        for new in [
+            pod(json!([{"name": "d1", "image": "busybox"}, {"name": "d2", "image": "busybox"}])),
+            pod(json!([{"name": "d1", "image": "nginx"}])),
+            pod(json!([])),
+            pod(Value::Null),
+        ] {
+            let causes = refused(&new);
+            assert_eq!(causes.len(), 1, "{new}");
+            assert_eq!(causes[0].0, "spec");
+            let upstream = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,\
+                            `spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only \
+                            additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be \
+                            set to 1 if it was previously negative)\n";
+            assert!(causes[0].1.starts_with(upstream), "{}", causes[0].1);
+        }
+        // None before and none after, however written, is no change.
+        let mut causes = Vec::new();
+        check_main_update(&pod(json!([])), &pod(Value::Null), &mut causes);
+        assert!(causes.is_empty(), "{causes:?}");
     }
 
     #[test]

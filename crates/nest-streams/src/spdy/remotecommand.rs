@@ -102,11 +102,10 @@ where
     }
     let writers = |stream: Option<Stream>| stream.map(|s| s.writer);
     let (out, err) = (writers(streams.stdout), writers(streams.stderr));
-    let finished = async {
-        let outcome = ended.await;
-        futures_util::future::join(pump(stdout, out), pump(stderr, err)).await;
-        outcome
-    };
+    // The output is sent while the process runs (an interactive shell's prompt, an attached container's lines),
+    // and all of it before how the process ended.
+    let pumps = futures_util::future::join(pump(stdout, out), pump(stderr, err));
+    let finished = async { futures_util::future::join(ended, pumps).await.0 };
     let gone = connection.closed();
     tokio::pin!(finished, gone);
     let outcome = tokio::select! {
@@ -238,6 +237,35 @@ mod tests {
         );
         drop(client);
         assert_eq!(session.await.unwrap(), Ended::Told(Outcome::Exited(3)));
+    }
+
+    /// An interactive shell's prompt (an attached container's lines) reaches the client while the process runs,
+    /// not only once it has ended.
+    #[tokio::test]
+    async fn output_is_sent_while_the_process_runs() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (process_stdout, mut shell) = tokio::io::simplex(1 << 16);
+        let process = Process { stdin: None, stdout: Some(Box::pin(process_stdout)), stderr: None, resize: None };
+        let options = Options { stdout: true, ..Options::default() };
+        let session = tokio::spawn(serve(server, "v4.channel.k8s.io", options, process, std::future::pending()));
+        let (mut encoder, mut decoder) = (Encoder::default(), Decoder::default());
+        send(&mut client, &mut encoder, open(1, "error")).await;
+        send(&mut client, &mut encoder, open(3, "stdout")).await;
+        shell.write_all(b"/ # ").await.unwrap();
+        let mut buffer = BytesMut::new();
+        let prompt = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                while let Some(frame) = decoder.decode(&mut buffer).unwrap() {
+                    if let Frame::Data { stream: 3, data, .. } = frame {
+                        return data;
+                    }
+                }
+                assert!(client.read_buf(&mut buffer).await.unwrap() > 0, "closed early");
+            }
+        });
+        assert_eq!(prompt.await.expect("no output while the process runs"), Bytes::from_static(b"/ # "));
+        drop(client);
+        assert_eq!(session.await.unwrap(), Ended::ClientGone);
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -23,6 +24,10 @@ pub const MAX_STREAMS: usize = 256;
 pub const MAX_BUFFERED: usize = 4 << 20;
 /// The largest data frame this side writes.
 pub const MAX_WRITE: usize = 32 << 10;
+/// How long a connection that has said GOAWAY is still read (what arrives is dropped) before it is closed, unless
+/// the peer closes it first. A socket closed with bytes unread answers the peer with a reset, which may overtake the
+/// GOAWAY and discard it from the peer's buffers unread; read to the end, the peer sees the GOAWAY, then the close.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// A stream the peer opened.
 pub struct Stream {
@@ -224,6 +229,7 @@ async fn read_frames<R: AsyncRead>(
         gone_away: false,
     };
     let mut ended = closed.subscribe();
+    let mut peer_closed = false;
     let outcome = loop {
         let frame = match decoder.decode(&mut buffer) {
             Ok(Some(frame)) => frame,
@@ -233,7 +239,10 @@ async fn read_frames<R: AsyncRead>(
                     _ = ended.wait_for(|c| *c) => break Ok(()),
                 };
                 match read {
-                    Ok(0) | Err(_) => break Ok(()),
+                    Ok(0) | Err(_) => {
+                        peer_closed = true;
+                        break Ok(());
+                    }
                     Ok(_) => continue,
                 }
             }
@@ -250,6 +259,18 @@ async fn read_frames<R: AsyncRead>(
     }
     let _ = out.send(Out::Close).await;
     closed.send_replace(true);
+    if !peer_closed {
+        drop(buffer);
+        drain(read).await;
+    }
+}
+
+/// Reads `read` and drops what arrives, until the peer closes it or [`DRAIN_GRACE`] has passed.
+async fn drain<R: AsyncRead>(read: std::pin::Pin<&mut R>) {
+    let mut read = read;
+    let mut scratch = vec![0u8; 16 << 10];
+    let reading = async { while let Ok(1..) = read.read(&mut scratch).await {} };
+    let _ = tokio::time::timeout(DRAIN_GRACE, reading).await;
 }
 
 impl ReadState {
@@ -340,4 +361,64 @@ enum SessionError {
     /// More streams alive than [`MAX_STREAMS`].
     #[error("more than {MAX_STREAMS} streams at once")]
     TooManyStreams,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that breaks the protocol and goes on writing: the connection answers with a GOAWAY and then closes
+    /// cleanly (the peer reads the GOAWAY, then the end of the stream), never with a reset — over a real socket,
+    /// where closing with bytes unread would be one.
+    #[tokio::test]
+    async fn a_connection_that_says_goaway_reads_on_until_the_peer_has_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let served = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut connection = Connection::start(socket);
+            while connection.accept().await.is_some() {}
+        });
+        let client = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (mut read, mut write) = client.into_split();
+        let mut encoder = Encoder::default();
+        let mut bytes = BytesMut::new();
+        // An even stream identifier is a server's: a protocol error.
+        let opened = Frame::SynStream {
+            stream: 2,
+            associated: 0,
+            priority: 0,
+            fin: false,
+            unidirectional: false,
+            headers: Headers::default(),
+        };
+        encoder.encode(&opened, &mut bytes).unwrap();
+        write.write_all(&bytes).await.unwrap();
+        let writing = tokio::spawn(async move {
+            for id in 0..50u32 {
+                let mut ping = BytesMut::new();
+                encoder.encode(&Frame::Ping { id: 2 * id + 1 }, &mut ping).unwrap();
+                if write.write_all(&ping).await.is_err() {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            true
+        });
+        let (mut decoder, mut received, mut frames) = (Decoder::default(), BytesMut::new(), Vec::new());
+        let end = loop {
+            match read.read_buf(&mut received).await {
+                Ok(0) => break Ok(()),
+                Ok(_) => {}
+                Err(error) => break Err(error.kind()),
+            }
+        };
+        while let Ok(Some(frame)) = decoder.decode(&mut received) {
+            frames.push(frame);
+        }
+        assert_eq!(end, Ok(()), "the connection was reset: {frames:?}");
+        assert!(frames.iter().any(|f| matches!(f, Frame::GoAway { status: status::PROTOCOL_ERROR, .. })), "{frames:?}");
+        assert!(writing.await.unwrap(), "the peer's writes after the GOAWAY were refused");
+        served.await.unwrap();
+    }
 }

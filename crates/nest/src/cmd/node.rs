@@ -38,10 +38,6 @@ pub struct Args {
     /// Where the process runtime keeps pod files and claims (`<DIR>/<node name>/`).
     #[arg(value_parser = crate::cmd::absolute, long, value_name = "DIR", default_value = "nest-node-data")]
     data_dir: PathBuf,
-    /// Also run images matching PATTERN (`*` is a wildcard) as EXECUTABLE; repeatable. nest's own images and etcd's
-    /// (when `etcd` is on PATH) are always allowed.
-    #[arg(long = "allow-image", value_name = "PATTERN=EXECUTABLE", value_parser = nest_node::allowlist::Allowlist::parse_entry)]
-    allow_images: Vec<nest_node::allowlist::Entry>,
     /// The pod address range, instead of the one picked from the node's index (with `--count`, node i takes the
     /// i-th range of the same size after it).
     #[arg(long, value_name = "CIDR")]
@@ -174,8 +170,6 @@ fn kubelet_tls(
 fn options(args: &Args, i: u8, hosts: &nest_node::hosts::Hosts) -> nest_node::Options {
     let name = if args.count == 1 { args.name.clone() } else { format!("{}-{i}", args.name) };
     let mut options = nest_node::Options::numbered(name, i, args.runtime, &args.data_dir);
-    let defaults = std::mem::take(&mut options.process.allowlist.entries);
-    options.process.allowlist.entries = args.allow_images.iter().cloned().chain(defaults).collect();
     options.process.crash_backoff = Duration::from_secs(args.crash_backoff_seconds);
     options.process.oci_runtime = args.oci_runtime.clone();
     options.process.pull_from = args.registries.pull_from.clone();

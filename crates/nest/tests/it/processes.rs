@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use crate::common::fixtures::echo_deployment;
+use crate::common::registry::docker_io_mirror;
 use crate::common::{Component, ControllerManager, Server, eventually};
 use serde_json::Value;
 
@@ -430,7 +431,7 @@ spec:
   terminationGracePeriodSeconds: 2
   containers:
   - name: main
-    image: shell
+    image: busybox
     command: [sh, -c, "trap '' TERM; echo started; while true; do sleep 0.2; done"]
 "#;
 
@@ -451,7 +452,11 @@ spec:
 
 #[test]
 fn volumes_and_environment_reach_the_process_and_deletion_stops_it_within_the_grace_period() {
-    let cluster = Cluster::start("127.13.0.0/16", "127.113.0.0/16", &["--allow-image", "shell=/bin/sh"]);
+    // `stubborn` runs the busybox image (`scripts/test-images`) from a loopback Docker Hub mirror.
+    let work = tempfile::tempdir().unwrap();
+    let (_registry, mirror) = docker_io_mirror(work.path());
+    let mirror: Vec<&str> = mirror.iter().map(String::as_str).collect();
+    let cluster = Cluster::start("127.13.0.0/16", "127.113.0.0/16", &mirror);
     let server = &cluster.server;
     server.apply_manifest(CONFIGURED);
     server.apply_manifest(KEEPER);
@@ -633,7 +638,7 @@ metadata: {name: sub}
 spec:
   initContainers:
   - name: swapper
-    image: shell
+    image: busybox
     command: [sh, -c, "mkdir -p /data/inner && echo hi > /data/inner/f && rmdir /data/out && ln -s / /data/out && ls -l /data"]
     volumeMounts: [{name: data, mountPath: /data}]
   containers:
@@ -650,7 +655,11 @@ spec:
 /// the `out` directory the node made with a link to `/`) is never followed; the bind mounts go with the pod.
 #[test]
 fn a_sub_path_mounts_what_it_named_never_a_link_swapped_in_and_goes_with_its_pod() {
-    let cluster = Cluster::start("127.16.0.0/16", "127.116.0.0/16", &["--allow-image", "shell=/bin/sh"]);
+    // The swapper runs the busybox image (`scripts/test-images`) from a loopback Docker Hub mirror.
+    let work = tempfile::tempdir().unwrap();
+    let (_registry, mirror) = docker_io_mirror(work.path());
+    let mirror: Vec<&str> = mirror.iter().map(String::as_str).collect();
+    let cluster = Cluster::start("127.16.0.0/16", "127.116.0.0/16", &mirror);
     let server = &cluster.server;
     server.apply_manifest(SUB_PATHS);
     eventually(60, "main's output", || cluster.log("sub", "main", 0).contains("/s/f: hi"));

@@ -35,6 +35,19 @@ fn in_terminal(
     input: &str,
     seconds: u64,
 ) -> (String, Option<i32>) {
+    in_terminal_with(kubeconfig, cache, &[], args, ready, input, seconds)
+}
+
+/// [`in_terminal`], with `env` set for kubectl.
+fn in_terminal_with(
+    kubeconfig: &Path,
+    cache: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    ready: &str,
+    input: &str,
+    seconds: u64,
+) -> (String, Option<i32>) {
     let script = r#"
 import os, pty, select, sys, time, json
 ready, typed, seconds = sys.argv[1].encode(), json.loads(sys.argv[2]), float(sys.argv[3])
@@ -74,6 +87,7 @@ sys.stdout.write(code + "\n" + out.decode(errors="replace"))
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("KUBECACHEDIR", cache)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let said = text(&out.stdout);
@@ -208,6 +222,17 @@ spec:
         // The container kept running after its client went.
         let pod = json(admin, cache, &["get", "pod", "console"]);
         assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0, "{pod}");
+    });
+    cases.case("attach -it over SPDY/3.1 (a POST upgrade), as kubectl falls back to it", || {
+        let spdy = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")];
+        let args = ["attach", "-it", "-v=7", "console"];
+        let typed = "\recho spdy-$((8*8))\r";
+        let (shown, code) = in_terminal_with(admin, cache, &spdy, &args, "pressing enter", typed, 15);
+        assert!(shown.contains("spdy-64"), "{shown}");
+        assert_eq!(code, None, "attach stays until detached: {shown}");
+        let asked: Vec<&str> = shown.lines().filter(|l| l.contains("\"Request\"") && l.contains("/attach")).collect();
+        assert!(!asked.is_empty() && asked.iter().all(|l| l.contains("verb=\"POST\"")), "not SPDY: {shown}");
+        assert!(shown.contains("status=\"101 Switching Protocols\""), "{shown}");
     });
     cases.case("attach without -i streams the running container's output", || {
         let (shown, _) = in_terminal(admin, cache, &["attach", "ticker"], "", "", 5);

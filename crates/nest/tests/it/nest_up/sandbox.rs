@@ -76,7 +76,7 @@ spec:
   - name: main
     image: nest
     args: [node, --kubeconfig, /k/value, --name, fake, --runtime, process, --data-dir, /tmp/node,
-           --pod-cidr, 127.201.0.0/16, --kubelet-port, "0", --allow-image, sh=/bin/sh]
+           --pod-cidr, 127.201.0.0/16, --kubelet-port, "0"]
     volumeMounts: [{{name: k, mountPath: /k}}]
   volumes: [{{name: k, secret: {{secretName: own-cluster}}}}]
 "#,
@@ -297,9 +297,8 @@ spec:
     });
 
     cases.case("a node inside a pod reaches only the tenant", || {
-        // A node run inside a pod, with the tenant's own admin kubeconfig and the host's shell allowed as an image: it
-        // cannot make sandboxes (no privileges, a read-only root filesystem), so it stops before it registers, and no
-        // pod can be given to it.
+        // A node run inside a pod, with the tenant's own admin kubeconfig: it cannot make sandboxes (no privileges,
+        // a read-only root filesystem), so it stops before it registers, and no pod can be given to it.
         eventually(90, "the inner node failing", || {
             let status = container(&demo, cache.path(), "inner-node");
             status["restartCount"].as_i64() >= Some(1) || status["state"]["terminated"]["exitCode"].as_i64() > Some(0)
