@@ -202,6 +202,9 @@ pub fn syncer_rules() -> Value {
         // `get` too: a WebSocket opens them with a GET, which must be allowed both (upstream's
         // `AuthorizePodWebsocketUpgradeCreatePermission`).
         {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
+        // Tenants' ephemeral containers (`kubectl debug`), added to their pods' copies (nest_syncer's pod kind): a
+        // pod's main endpoint does not change them. The super namespace's Pod Security judges each.
+        {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch", "update"]},
         // The tenant's container defaults in each of its namespaces (nest_syncer::compute).
         {"apiGroups": [""], "resources": ["limitranges"],
          "verbs": ["get", "list", "watch", "create", "update", "patch"]},

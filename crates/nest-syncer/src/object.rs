@@ -106,8 +106,12 @@ pub async fn reconcile(
     if deleting(&existing) {
         return Ok(Done::default());
     }
-    let mut done = repair(&cx, id, &wanted, &existing, &tenant_value).await?;
-    done.up += upward(&cx, &tenant_value, &existing).await?;
+    // What the super cluster decided goes up even when it refused a repair (a tenant pod's privileged ephemeral
+    // container): the tenant object's status must not stop following its copy's while the refusal stands.
+    let repaired = repair(&cx, id, &wanted, &existing, &tenant_value).await;
+    let up = upward(&cx, &tenant_value, &existing).await?;
+    let mut done = repaired?;
+    done.up += up;
     Ok(done)
 }
 
@@ -212,10 +216,12 @@ async fn remove(
     Ok(done)
 }
 
-/// Creates super object `wanted` for tenant object `tenant_value`, with what it needs first: its namespace, and
-/// what the kind asks for ([`crate::kinds::Hooks::before_create`]).
-async fn create(cx: &Cx<'_>, tenant_value: &Value, wanted: Value) -> kube::Result<Done> {
+/// Creates super object `wanted` for tenant object `tenant_value` (less what [`crate::kinds::Hooks::creating`]
+/// leaves for later), with what it needs first: its namespace, and what the kind asks for
+/// ([`crate::kinds::Hooks::before_create`]).
+async fn create(cx: &Cx<'_>, tenant_value: &Value, mut wanted: Value) -> kube::Result<Done> {
     cx.requests.ensure_namespace(cx.namespace).await?;
+    cx.kind.hooks.creating(&mut wanted);
     let prepared = cx.kind.hooks.before_create(cx, &wanted, tenant_value).await?;
     if prepared.wait {
         return Ok(Done { again: true, ..Default::default() });

@@ -2,7 +2,7 @@
 //! super cluster or to a tenant goes through [`Requests`], so that the decisions can be unit-tested against an
 //! in-memory fake (`fake::Recorder`, built for tests only) while the syncer itself uses [`Live`], which sends them.
 //!
-//! Besides the verbs on one object (`get`, `create`, `patch`, `patch_status`, `delete`) it names the few things a
+//! Besides the verbs on one object (`get`, `create`, `patch`, `patch_status`, `patch_subresource`, `delete`) it names the few things a
 //! kind asks to exist before or after its own object (a namespace, a pod's token Secret, a virtual node): those are
 //! whole procedures of their own ([`crate::namespaces`], [`crate::tokens`], [`crate::nodes`]) and are faked whole.
 
@@ -54,6 +54,15 @@ pub trait Requests: Send + Sync {
     fn patch<'a>(&'a self, at: At<'a>, name: &'a str, change: Change) -> BoxFuture<'a, kube::Result<()>>;
     /// Merges `patch` into object `name` through its status subresource.
     fn patch_status<'a>(&'a self, at: At<'a>, name: &'a str, patch: Value) -> BoxFuture<'a, kube::Result<()>>;
+    /// Merges strategic merge patch `patch` into object `name` through its subresource `subresource` (a pod's
+    /// `ephemeralcontainers`, which its main endpoint does not change).
+    fn patch_subresource<'a>(
+        &'a self,
+        at: At<'a>,
+        name: &'a str,
+        subresource: &'a str,
+        patch: Value,
+    ) -> BoxFuture<'a, kube::Result<()>>;
     /// Deletes object `name`, with a grace period when `grace` says one.
     fn delete<'a>(&'a self, at: At<'a>, name: &'a str, grace: Option<u32>) -> BoxFuture<'a, kube::Result<()>>;
     /// Binds tenant pod `namespace/pod` to node `node` through `pods/binding`, as a scheduler does (a 409 when it
@@ -132,6 +141,19 @@ impl Requests for Live<'_> {
     fn patch_status<'a>(&'a self, at: At<'a>, name: &'a str, patch: Value) -> BoxFuture<'a, kube::Result<()>> {
         Box::pin(async move {
             self.api(at).patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
+        })
+    }
+
+    fn patch_subresource<'a>(
+        &'a self,
+        at: At<'a>,
+        name: &'a str,
+        subresource: &'a str,
+        patch: Value,
+    ) -> BoxFuture<'a, kube::Result<()>> {
+        Box::pin(async move {
+            let params = PatchParams::default();
+            self.api(at).patch_subresource(subresource, name, &params, &Patch::Strategic(&patch)).await.map(|_| ())
         })
     }
 
@@ -252,6 +274,16 @@ pub mod fake {
 
         fn patch_status<'a>(&'a self, at: At<'a>, name: &'a str, patch: Value) -> BoxFuture<'a, kube::Result<()>> {
             Box::pin(async move { self.record(line(at, "patch-status", name, &patch)) })
+        }
+
+        fn patch_subresource<'a>(
+            &'a self,
+            at: At<'a>,
+            name: &'a str,
+            subresource: &'a str,
+            patch: Value,
+        ) -> BoxFuture<'a, kube::Result<()>> {
+            Box::pin(async move { self.record(line(at, &format!("patch-{subresource}"), name, &patch)) })
         }
 
         fn delete<'a>(&'a self, at: At<'a>, name: &'a str, grace: Option<u32>) -> BoxFuture<'a, kube::Result<()>> {

@@ -6,7 +6,9 @@
 //! down at all; a missing super object is made after [`Hooks::before_create`]; one that drifted is put back, then
 //! [`Hooks::repair`] does what a merge patch of its content cannot; then what the super cluster decided goes up, in
 //! at most one patch of the tenant object and one of its status, which [`Hooks::upward`] adds to ([`Up`]); a tenant
-//! object gone has its super object deleted, then [`Hooks::gone`] removes what went with it.
+//! object gone has its super object deleted, then [`Hooks::gone`] removes what went with it. A missing super object
+//! is created without what [`Hooks::creating`] takes out of it; a refusal of a repair does not hold back what goes
+//! up.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,6 +139,11 @@ pub trait Hooks: Send + Sync {
     ) -> BoxFuture<'a, kube::Result<Prepared>> {
         Box::pin(async { Ok(Prepared::default()) })
     }
+
+    /// What super object `wanted` leaves out when it is created: what the super API server refuses on create and
+    /// takes only through a subresource afterwards (a pod's ephemeral containers), which [`Hooks::repair`] then
+    /// writes.
+    fn creating(&self, _wanted: &mut Value) {}
 
     /// Repairs of super object `existing` beyond its content and labels (which the mechanism puts back first).
     fn repair<'a>(

@@ -2,6 +2,7 @@
 //! of the node, [`pod_spec`]); before it is made its account must be there and its token Secret filled
 //! ([`crate::tokens`]); its tokens are renewed and its images put back; it is bound in the tenant to a virtual node
 //! named after the super node it runs on (as a scheduler binds, through `pods/binding`), and its status goes up;
+//! its ephemeral containers (`kubectl debug`) go down after it, through `pods/ephemeralcontainers`;
 //! once its super pod is gone its token Secret goes, and a tenant pod being deleted is removed, as a kubelet would.
 
 use futures_util::future::BoxFuture;
@@ -62,7 +63,16 @@ impl Hooks for PodHooks {
         })
     }
 
-    /// Its tokens renewed when due; its images put back (a pod's spec is mostly immutable: they are what can be).
+    /// A pod is created without ephemeral containers (the super API server refuses them on create, as upstream's):
+    /// [`Hooks::repair`] adds them through `pods/ephemeralcontainers`.
+    fn creating(&self, wanted: &mut Value) {
+        if let Some(spec) = wanted["spec"].as_object_mut() {
+            spec.remove("ephemeralContainers");
+        }
+    }
+
+    /// Its tokens renewed when due; its images put back (a pod's spec is mostly immutable: they are what can be);
+    /// the tenant's ephemeral containers its copy lacks added ([`added_ephemeral_containers`]).
     fn repair<'a>(
         &'a self,
         cx: &'a Cx<'a>,
@@ -83,11 +93,28 @@ impl Hooks for PodHooks {
                 })
                 .map(|(i, c)| json!({"op": "replace", "path": format!("/spec/containers/{i}/image"), "value": c["image"]}))
                 .collect();
-            if operations.is_empty() {
-                return Ok(Repaired { down: 0, after });
+            let mut down = 0;
+            if !operations.is_empty() {
+                cx.requests.patch(cx.super_at(), cx.super_name, Change::Json(json!(operations))).await?;
+                down += 1;
             }
-            cx.requests.patch(cx.super_at(), cx.super_name, Change::Json(json!(operations))).await?;
-            Ok(Repaired { down: 1, after })
+            // One write each: the super namespace's Pod Security judges each there, and one refused (told to the
+            // tenant as a SyncFailed Event on its pod, the copy running on without it) holds back no other.
+            let mut refused = None;
+            for container in added_ephemeral_containers(wanted, existing) {
+                let patch = json!({"spec": {"ephemeralContainers": [container]}});
+                match cx.requests.patch_subresource(cx.super_at(), cx.super_name, "ephemeralcontainers", patch).await {
+                    Ok(()) => down += 1,
+                    Err(kube::Error::Api(status)) if (400..500).contains(&status.code) => {
+                        refused.get_or_insert(kube::Error::Api(status));
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+            match refused {
+                Some(refusal) => Err(refusal),
+                None => Ok(Repaired { down, after }),
+            }
         })
     }
 
@@ -124,6 +151,21 @@ impl Hooks for PodHooks {
             Ok(done)
         })
     }
+}
+
+/// The ephemeral containers of `wanted` (translated as the pod's other containers are) that super pod `existing`
+/// lacks, by name: each is added with a strategic merge patch of `pods/ephemeralcontainers`, whose merge key `name`
+/// keeps the entries already there. Only additions: an entry is never changed or removed (the API server refuses
+/// either, as upstream's `ValidatePodEphemeralContainersUpdate` does).
+fn added_ephemeral_containers<'a>(wanted: &'a Value, existing: &Value) -> Vec<&'a Value> {
+    let there: Vec<&Value> =
+        existing["spec"]["ephemeralContainers"].as_array().into_iter().flatten().map(|c| &c["name"]).collect();
+    wanted["spec"]["ephemeralContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| !there.contains(&&c["name"]))
+        .collect()
 }
 
 /// A tenant pod's spec as it runs in the super cluster: unscheduled; with its tenant ServiceAccount's tokens (which
@@ -180,7 +222,7 @@ pub fn pod_spec(spec: &Value, mapping: &Mapping, pod: &str) -> Value {
     bound_numbers(map, mapping.max_grace_period_seconds);
     config_maps_by_super_name(map);
     let (host, port) = mapping.api_server;
-    for list in ["initContainers", "containers"] {
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
         for container in map.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
             let mut env: Vec<Value> = container["env"]
                 .as_array()
@@ -324,9 +366,9 @@ fn config_maps_by_super_name(spec: &mut Map<String, Value>) {
     }
 }
 
-/// Keeps of a super pod only what the syncer reads (its metadata, status, node, grace period, and containers' names,
-/// images and the CPU and memory they ask for, which the tenant's quota counts), so that the cache of ten thousand
-/// pods stays small.
+/// Keeps of a super pod only what the syncer reads (its metadata, status, node, grace period, containers' names,
+/// images and the CPU and memory they ask for, which the tenant's quota counts, and its ephemeral containers' names),
+/// so that the cache of ten thousand pods stays small.
 pub fn prune_super_pod(pod: &mut DynamicObject) {
     let spec = &pod.data["spec"];
     let compute = |resources: &serde_json::Value| {
@@ -353,11 +395,18 @@ pub fn prune_super_pod(pod: &mut DynamicObject) {
             })
             .collect()
     };
-    let pruned = serde_json::json!({
+    let names = |name: &str| -> Vec<serde_json::Value> {
+        spec[name].as_array().into_iter().flatten().map(|c| serde_json::json!({"name": c["name"]})).collect()
+    };
+    let mut pruned = serde_json::json!({
         "nodeName": spec["nodeName"], "containers": list("containers", true),
         "initContainers": list("initContainers", false),
         "terminationGracePeriodSeconds": spec["terminationGracePeriodSeconds"],
     });
+    let ephemeral = names("ephemeralContainers");
+    if !ephemeral.is_empty() {
+        pruned["ephemeralContainers"] = serde_json::json!(ephemeral);
+    }
     pod.data["spec"] = pruned;
     pod.metadata.managed_fields = None;
 }

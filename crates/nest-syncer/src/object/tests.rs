@@ -430,3 +430,88 @@ async fn nothing_is_decided_before_both_caches_are_filled() {
     assert_eq!(fixture.reconcile("configmaps", "settings").await.unwrap(), Done { again: true, ..Default::default() });
     assert_eq!(fixture.made(), Vec::<String>::new());
 }
+
+/// The body of the one request in `made` that starts with `start`.
+fn body_of(made: &[String], start: &str) -> Value {
+    let line = made.iter().find(|line| line.starts_with(start)).unwrap_or_else(|| panic!("{start} in {made:?}"));
+    serde_json::from_str(line.splitn(5, ' ').nth(4).expect("a body")).expect("JSON")
+}
+
+/// A tenant pod with container `c` and the ephemeral containers named `ephemeral` (`kubectl debug`'s), each
+/// setting the variable that points at the API server.
+fn debugged_pod(ephemeral: &[&str]) -> Value {
+    let debuggers: Vec<Value> = ephemeral
+        .iter()
+        .map(|name| {
+            json!({"name": name, "image": "busybox", "targetContainerName": "c", "stdin": true, "tty": true,
+                   "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}]})
+        })
+        .collect();
+    pod(json!({"containers": [{"name": "c", "image": "i"}], "ephemeralContainers": debuggers}))
+}
+
+#[tokio::test]
+async fn a_pods_ephemeral_containers_go_down_after_it_through_their_subresource() {
+    let mut fixture = Fixture::new();
+    let super_namespace = fixture.super_namespace();
+    fixture.tenant_has("pods", debugged_pod(&["debugger-1"]));
+    fixture.reconcile("pods", "p").await.unwrap();
+    // Created without them: the super API server refuses a pod created with ephemeral containers.
+    let mut copy = fixture.created();
+    assert!(copy["spec"].get("ephemeralContainers").is_none(), "{copy}");
+
+    // Then added through pods/ephemeralcontainers, translated as the pod's containers are.
+    copy["spec"]["nodeName"] = json!("node-1");
+    fixture.super_has("pods", copy.clone());
+    fixture.clear();
+    let done = fixture.reconcile("pods", "p").await.unwrap();
+    assert_eq!(done.down, 1, "{:?}", fixture.made());
+    let patch = body_of(&fixture.made(), &format!("super patch-ephemeralcontainers pods {super_namespace}/p "));
+    let added = patch["spec"]["ephemeralContainers"].as_array().expect("a list");
+    assert_eq!(added.len(), 1, "{patch}");
+    assert_eq!((added[0]["name"].as_str(), added[0]["image"].as_str()), (Some("debugger-1"), Some("busybox")));
+    assert_eq!(added[0]["targetContainerName"], "c");
+    assert_eq!(added[0]["env"], copy["spec"]["containers"][0]["env"], "the tenant's API server, not its own word");
+
+    // There, with their status: nothing goes down again, and the status goes up with the pod's.
+    copy["spec"]["ephemeralContainers"] = json!([added[0]]);
+    let statuses = json!([{"name": "debugger-1", "state": {"running": {"startedAt": "2026-12-07T00:00:00Z"}}}]);
+    copy["status"] = json!({"phase": "Running", "ephemeralContainerStatuses": statuses});
+    fixture.super_has("pods", copy.clone());
+    fixture.clear();
+    fixture.reconcile("pods", "p").await.unwrap();
+    assert!(!fixture.made().iter().any(|l| l.contains("patch-ephemeralcontainers")), "{:?}", fixture.made());
+    let status = body_of(&fixture.made(), "tenant patch-status pods web/p ");
+    assert_eq!(status["status"]["ephemeralContainerStatuses"], statuses);
+
+    // A second debugger: only it is sent (entries are never changed or removed).
+    fixture.tenant_has("pods", debugged_pod(&["debugger-1", "debugger-2"]));
+    fixture.clear();
+    fixture.reconcile("pods", "p").await.unwrap();
+    let patch = body_of(&fixture.made(), &format!("super patch-ephemeralcontainers pods {super_namespace}/p "));
+    let names: Vec<&str> =
+        patch["spec"]["ephemeralContainers"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["debugger-2"]);
+}
+
+#[tokio::test]
+async fn a_refused_ephemeral_container_is_the_tenants_refusal_and_the_status_still_goes_up() {
+    let mut fixture = Fixture::new();
+    fixture.tenant_has("pods", debugged_pod(&["evil", "next"]));
+    fixture.reconcile("pods", "p").await.unwrap();
+    let mut copy = fixture.created();
+    copy["spec"]["nodeName"] = json!("node-1");
+    copy["status"] = json!({"phase": "Running"});
+    fixture.super_has("pods", copy);
+    fixture.requests.refuse.lock().unwrap().push(("super patch-ephemeralcontainers".into(), 403));
+    fixture.clear();
+    // A 403: the worker tells it to the tenant as a SyncFailed Event and does not retry it.
+    let Err(kube::Error::Api(status)) = fixture.reconcile("pods", "p").await else { panic!("not refused") };
+    assert_eq!(status.code, 403);
+    let made = fixture.made();
+    // Each is tried on its own: one refused holds back no other.
+    let tried = made.iter().filter(|l| l.starts_with("super patch-ephemeralcontainers")).count();
+    assert_eq!(tried, 2, "{made:?}");
+    assert!(made.contains(&"tenant bind pods web/p node-1".to_string()), "{made:?}");
+    assert_eq!(body_of(&made, "tenant patch-status pods web/p "), json!({"status": {"phase": "Running"}}));
+}

@@ -27,7 +27,7 @@ fn python() -> String {
 /// Runs kubectl with `args` in a pseudo-terminal; once its output shows `ready`, types `input` (a line at a time,
 /// `\r` as Enter) and reads until kubectl ends or `seconds` pass. Everything the terminal showed, and kubectl's exit
 /// code (`None` if it had to be killed).
-fn in_terminal(
+pub(super) fn in_terminal(
     kubeconfig: &Path,
     cache: &Path,
     args: &[&str],

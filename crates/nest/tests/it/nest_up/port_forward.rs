@@ -20,17 +20,17 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// A running `kubectl port-forward` and the local port it listens on.
-struct Forward {
+pub(super) struct Forward {
     child: Child,
-    port: u16,
+    pub(super) port: u16,
     /// What it logged (`-v=7`: each request with its answer's status).
-    log: std::sync::Arc<std::sync::Mutex<String>>,
+    pub(super) log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Forward {
     /// Whether every request kubectl made to `pods/<name>/portforward` was a `method` (GET: a WebSocket, POST:
     /// SPDY), and one was answered `101` — read from its log, so that a silent fallback to the other is noticed.
-    fn upgraded_with(&self, method: &str) -> bool {
+    pub(super) fn upgraded_with(&self, method: &str) -> bool {
         let log = self.log.lock().unwrap();
         let asked: Vec<&str> =
             log.lines().filter(|l| l.contains("\"Request\"") && l.contains("/portforward")).collect();
@@ -49,7 +49,7 @@ impl Drop for Forward {
 }
 
 /// Starts `kubectl port-forward pod/<pod> :<port>` with `env`, once it says where it listens.
-fn forward(kubeconfig: &Path, cache: &Path, pod: &str, port: u16, env: &[(&str, &str)]) -> Forward {
+pub(super) fn forward(kubeconfig: &Path, cache: &Path, pod: &str, port: u16, env: &[(&str, &str)]) -> Forward {
     let mut child = Command::new(crate::common::KUBECTL)
         .args(["port-forward", "-v=7", &format!("pod/{pod}"), &format!(":{port}")])
         .env("KUBECONFIG", kubeconfig)
@@ -85,7 +85,7 @@ fn forward(kubeconfig: &Path, cache: &Path, pod: &str, port: u16, env: &[(&str, 
 }
 
 /// `GET /` through `port` on this machine's loopback: the whole answer (empty when the connection ends first).
-fn get(port: u16) -> String {
+pub(super) fn get(port: u16) -> String {
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(15)));
     let _ = stream.write_all(b"GET / HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
@@ -100,7 +100,7 @@ fn python(script: &str, args: &[&str]) -> std::process::Output {
 }
 
 /// The Python client's `portforward`, as its e2e tests `test_portforward_raw` and `test_portforward_http` use it.
-const PYTHON_PORT_FORWARD: &str = r#"
+pub(super) const PYTHON_PORT_FORWARD: &str = r#"
 import select, socket, sys, time
 import urllib.request as urllib_request
 from kubernetes import client, config

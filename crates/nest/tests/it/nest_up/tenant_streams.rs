@@ -1,6 +1,10 @@
 //! Issue 35's streams in a tenant: `kubectl exec` and the Python client's `stream` exec through the demo tenant's
 //! API server, which proxies to its virtual node, the syncer's kubelet endpoint for demo, which proxies to the
-//! management cluster's copy of the pod. Then the endpoint as an attacker tries it: with another tenant's
+//! management cluster's copy of the pod; and with demo's pods of real software (busybox and nginx through a loopback
+//! Docker Hub mirror): `attach -it`, `port-forward` in kubectl's two transports and the Python client's, `cp` both
+//! ways, `debug -it --image=busybox` (the ephemeral container goes down through the syncer), and a privileged
+//! ephemeral container, which the management cluster's Pod Security refuses. Then the endpoint as an attacker tries
+//! it: with another tenant's
 //! certificate, and — with demo's own API server's certificate, as a compromised or lying tenant API server would
 //! hold it — with paths that name another tenant's pod, a management pod, demo's super namespace, or a pod demo
 //! deleted. And the node's resource statistics (`/stats/summary`), read with the management API server's
@@ -14,6 +18,160 @@ use serde_json::{Value, json};
 
 use super::hostile::platform::{Platform, Who};
 use crate::common::{Cases, eventually};
+
+/// Demo's pods of real software (busybox and nginx from the loopback mirror, as demo's `baseline` Pod Security
+/// admits them): nginx; two echo servers (the Python client's `portforward` test asks for ports 1234 and 1235); a
+/// shell with a terminal to attach to; a ticker to debug and copy into; one to aim a privileged debugger at.
+const SOFTWARE: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  containers: [{name: web, image: nginx, ports: [{containerPort: 80}]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: echo}
+spec:
+  containers:
+  - {name: echo, image: busybox, command: [sh, -c, "nc -ll -p 1234 -e cat & nc -ll -p 1235 -e cat & wait"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: console}
+spec:
+  containers: [{name: sh, image: busybox, command: [sh], stdin: true, tty: true}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ticker}
+spec:
+  containers:
+  - {name: tick, image: busybox, command: [sh, -c, "while true; do echo tick; sleep 1; done"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: guarded}
+spec:
+  containers: [{name: app, image: busybox, command: [sleep, "3600"]}]
+"#;
+
+/// The Python client's stream exec as its e2e tests `test_pod_apis` and `test_exit_code` drive it, against demo's
+/// pod `ticker`.
+const PYTHON_EXEC: &str = r#"
+import sys
+from kubernetes import client, config
+from kubernetes.stream import stream
+config.load_kube_config(sys.argv[1])
+api = client.CoreV1Api()
+out = stream(api.connect_get_namespaced_pod_exec, "ticker", "default",
+             command=["/bin/sh", "-c", "for i in $(seq 1 3); do echo line $i; done"],
+             stderr=True, stdin=False, stdout=True, tty=False)
+assert out == "line 1
+line 2
+line 3
+", repr(out)
+resp = stream(api.connect_get_namespaced_pod_exec, "ticker", "default", command=["/bin/sh"],
+              stderr=True, stdin=True, stdout=True, tty=False, _preload_content=False)
+resp.write_stdin("echo test string 1
+")
+line = resp.readline_stdout(timeout=10)
+assert line == "test string 1", repr(line)
+resp.write_stdin("echo test string 2 >&2
+")
+line = resp.readline_stderr(timeout=10)
+assert line == "test string 2", repr(line)
+resp.write_stdin("exit 7
+")
+resp.run_forever(timeout=10)
+assert resp.returncode == 7, resp.returncode
+resp.close()
+for command, value in ((["false"], 1), (["/bin/sh", "-c", "sleep 1; exit 3"], 3), (["true"], 0),
+                       (["/bin/sh", "-c", "ls /"], 0)):
+    resp = stream(api.connect_get_namespaced_pod_exec, "ticker", "default", command=command,
+                  stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    assert resp.returncode is None
+    resp.run_forever(timeout=10)
+    assert resp.returncode == value, (command, resp.returncode)
+print("ok")
+"#;
+
+/// What a user does to enter demo's pods of real software, through demo's API server and its virtual node (the
+/// syncer's endpoint): attach, port-forward in both of kubectl's transports and the Python client's, cp both ways,
+/// debug with an ephemeral container; and a privileged ephemeral container, which demo's API server takes (its
+/// namespace has no Pod Security level) and the management cluster refuses (demo's super namespaces are
+/// `baseline`), which demo sees as a SyncFailed Event.
+fn entering_cases(platform: &Platform, cases: &mut Cases) {
+    let (demo, cache) = (platform.demo.as_path(), platform.cache.path());
+    cases.case("attach -it to a shell in a tenant pod", || {
+        let typed = "\recho marker-$((6*7))\r";
+        let (shown, code) =
+            super::attach::in_terminal(demo, cache, &["attach", "-it", "console"], "pressing enter", typed, 15);
+        assert!(shown.contains("marker-42"), "{shown}");
+        assert_eq!(code, None, "attach stays until detached: {shown}");
+    });
+    for (transport, websockets, method) in [("SPDY in WebSocket", "true", "GET"), ("plain SPDY", "false", "POST")] {
+        cases.case(&format!("kubectl port-forward ({transport}) to a tenant's nginx serves its page"), || {
+            let env = [("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)];
+            let pf = super::port_forward::forward(demo, cache, "web", 80, &env);
+            let answer = super::port_forward::get(pf.port);
+            assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("Welcome to nginx!"), "{answer}");
+            assert!(pf.upgraded_with(method), "{}", pf.log.lock().unwrap());
+        });
+    }
+    cases.case("the Python client's portforward through the tenant (test_portforward_raw, _http)", || {
+        let out =
+            Command::new(python()).args(["-c", super::port_forward::PYTHON_PORT_FORWARD]).arg(demo).output().unwrap();
+        assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    });
+    cases.case("the Python client's stream exec through the tenant: output, stdin, exit codes", || {
+        let out = Command::new(python()).args(["-c", PYTHON_EXEC]).arg(demo).output().unwrap();
+        assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    });
+    cases.case("kubectl cp into a tenant's container and back", || {
+        let local = cache.join("upload.txt");
+        std::fs::write(&local, "carried both ways\n").unwrap();
+        let out = platform.kubectl(Who::Demo, &["cp", local.to_str().unwrap(), "ticker:/tmp/upload.txt"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let read = platform.ok(Who::Demo, &["exec", "ticker", "--", "cat", "/tmp/upload.txt"]);
+        assert_eq!(read, "carried both ways\n");
+        let back = cache.join("back.txt");
+        let out = platform.kubectl(Who::Demo, &["cp", "ticker:/tmp/upload.txt", back.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(std::fs::read_to_string(&back).unwrap(), "carried both ways\n");
+    });
+    cases.case("debug -it --image=busybox in a tenant: an ephemeral container beside its target", || {
+        let args = ["debug", "-it", "pod/ticker", "--image=busybox", "--target=tick", "--", "sh"];
+        let typed = "\recho debug-$((3*3))\rps\rexit\r";
+        let (shown, code) = super::attach::in_terminal(demo, cache, &args, "pressing enter", typed, 90);
+        assert!(shown.contains("debug-9"), "{shown}");
+        assert!(shown.contains("while true"), "the target's processes are in its PID namespace: {shown}");
+        assert_eq!(code, Some(0), "{shown}");
+        eventually(30, "the ephemeral container's status in the tenant", || {
+            let pod = platform.json(Who::Demo, &["get", "pod", "ticker"]);
+            pod["status"]["ephemeralContainerStatuses"][0]["state"]["terminated"].is_object()
+        });
+    });
+    cases.case("hostile: a tenant's privileged ephemeral container is refused by the management cluster", || {
+        let evil = r#"{"spec":{"ephemeralContainers":[{"name":"evil","image":"busybox","command":["sleep","3600"],"securityContext":{"privileged":true}}]}}"#;
+        let args = ["patch", "pod", "guarded", "--subresource=ephemeralcontainers", "--type=strategic", "-p", evil];
+        // Demo's own API server takes it: its namespace has no Pod Security level, and demo is its admin.
+        platform.ok(Who::Demo, &args);
+        let refusal = r#"violates PodSecurity "baseline:latest": privileged (container "evil" must not set securityContext.privileged=true)"#;
+        eventually(60, "a SyncFailed Event on demo's pod", || {
+            let events = platform.json(Who::Demo, &["get", "events", "--field-selector", "involvedObject.name=guarded"]);
+            events["items"].as_array().into_iter().flatten().any(|e| {
+                e["reason"] == "SyncFailed" && e["message"].as_str().is_some_and(|m| m.contains(refusal))
+            })
+        });
+        let namespace = super_namespace(platform, "demo");
+        let copy = platform.json(Who::Admin, &["get", "pod", "guarded", "-n", &namespace]);
+        assert!(copy["spec"]["ephemeralContainers"].is_null(), "the copy got it: {copy}");
+        let pod = platform.json(Who::Demo, &["get", "pod", "guarded"]);
+        assert!(pod["status"]["ephemeralContainerStatuses"].is_null(), "{pod}");
+        assert_eq!(pod["status"]["phase"], "Running", "the pod runs on without it: {pod}");
+    });
+}
 
 /// A pod of the nest image that waits (`debug cat`), as restricted Pod Security (a tenant's default) admits it.
 fn shell(name: &str) -> Value {
@@ -174,13 +332,18 @@ fn super_namespace(platform: &Platform, tenant: &str) -> String {
 
 #[test]
 fn tenant_pods_are_entered_through_the_syncer_and_only_by_their_own_tenant() {
-    let platform = Platform::start(&[]);
+    let platform = Platform::with_images(&[]);
     let demo = platform.demo.clone();
     platform.create(Who::Demo, &shell("shell"));
     platform.create(Who::Demo, &shell("gone"));
     platform.create(Who::Acme, &shell("victim"));
+    let applied = platform.with_input(Who::Demo, &["apply", "-f", "-"], SOFTWARE);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
     for (who, name) in [(Who::Demo, "shell"), (Who::Demo, "gone"), (Who::Acme, "victim")] {
         running(&platform, who, name);
+    }
+    for name in ["web", "echo", "console", "ticker", "guarded"] {
+        running(&platform, Who::Demo, name);
     }
 
     let mut cases = Cases::new();
@@ -215,6 +378,8 @@ print("ok")
         assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     });
 
+    entering_cases(&platform, &mut cases);
+
     // The attacker's tools: demo's virtual node (the syncer's endpoint for demo), a certificate of each tenant's CA
     // with the API server's name, and the management names it would aim at.
     let files = tempfile::tempdir().unwrap();
@@ -236,12 +401,17 @@ print("ok")
         let said = request(&endpoint, &acme_client, &exec_path("default", "victim"), true);
         assert!(said.starts_with("refused"), "{said}");
     });
-    cases.case("a forged path naming another tenant's pod is 404", || {
+    cases.case("a forged path naming another tenant's pod is 404, for exec and port-forward", || {
         let said = request(&endpoint, &demo_client, &exec_path("default", "victim"), true);
         assert!(said.starts_with("HTTP/1.1 404"), "{said}");
         let acme_namespace = super_namespace(&platform, "acme");
         let said = request(&endpoint, &demo_client, &exec_path(&acme_namespace, "victim"), true);
         assert!(said.starts_with("HTTP/1.1 404"), "{said}");
+        for path in ["/portForward/default/victim?port=80".to_string(), format!("/portForward/{acme_namespace}/victim")]
+        {
+            let said = request(&endpoint, &demo_client, &path, true);
+            assert!(said.starts_with("HTTP/1.1 404"), "{path}: {said}");
+        }
     });
     cases.case("a forged path naming a management pod or demo's super namespace is 404", || {
         let pods = platform.json(Who::Admin, &["get", "pods", "-A"]);
