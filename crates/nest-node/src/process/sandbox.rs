@@ -31,7 +31,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
@@ -748,7 +748,8 @@ impl InitLibraries {
         })?;
         let copied = || -> std::io::Result<()> {
             let _ = std::fs::remove_dir_all(dir);
-            create_dir(dir.parent().unwrap_or(dir), 0o711)?;
+            // On a machine's first run nothing under /run/nest exists yet: every missing ancestor is made here.
+            std::fs::DirBuilder::new().recursive(true).mode(0o711).create(dir.parent().unwrap_or(dir))?;
             create_dir(dir, 0o755)?;
             for library in &libraries {
                 let Some(name) = library.file_name() else { continue };
@@ -1298,6 +1299,16 @@ mod tests {
         assert!(std::fs::read_to_string(bundle.path().join("etc/hosts")).unwrap().contains("10.0.0.2\tweb"));
         let host = kernel_filesystems(true).unwrap();
         assert!(host.iter().any(|m| m.destination() == Path::new("/tmp")), "a host executable's /tmp is memory");
+    }
+
+    #[test]
+    fn the_inits_libraries_are_copied_on_a_machine_where_no_run_directory_of_nests_exists_yet() {
+        let run = tempfile::tempdir().unwrap();
+        let dir = run.path().join("nest/init-libraries/0123abcd");
+        let libraries = InitLibraries::copy(&dir).expect("a loader and libraries in the test binary's maps");
+        assert!(dir.join(&libraries.loader).is_file(), "{:?}", std::fs::read_dir(&dir).unwrap().collect::<Vec<_>>());
+        let mode = std::fs::metadata(run.path().join("nest")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o711, "containers' users may pass through, not list");
     }
 
     #[test]

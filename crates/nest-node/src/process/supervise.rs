@@ -818,7 +818,7 @@ fn pod_status(containers: &[Container], pod_ip: &str, host_ip: &str, start_time:
             })
             .collect()
     };
-    json!({
+    let mut status = json!({
         "phase": phase,
         "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
         "podIP": pod_ip, "podIPs": [{"ip": pod_ip}],
@@ -830,8 +830,13 @@ fn pod_status(containers: &[Container], pod_ip: &str, host_ip: &str, start_time:
             condition("ContainersReady", ready, "ContainersNotReady"),
             condition("PodScheduled", true, ""),
         ],
-        "initContainerStatuses": statuses(&init),
         "containerStatuses": statuses(&main),
-        "ephemeralContainerStatuses": statuses(&ephemeral),
-    })
+    });
+    // As the kubelet writes them: a pod without init or ephemeral containers has no such lists at all.
+    for (field, list) in [("initContainerStatuses", &init), ("ephemeralContainerStatuses", &ephemeral)] {
+        if !list.is_empty() {
+            status[field] = Value::Array(statuses(list));
+        }
+    }
+    status
 }

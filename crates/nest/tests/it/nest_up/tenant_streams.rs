@@ -67,22 +67,16 @@ api = client.CoreV1Api()
 out = stream(api.connect_get_namespaced_pod_exec, "ticker", "default",
              command=["/bin/sh", "-c", "for i in $(seq 1 3); do echo line $i; done"],
              stderr=True, stdin=False, stdout=True, tty=False)
-assert out == "line 1
-line 2
-line 3
-", repr(out)
+assert out == "line 1\nline 2\nline 3\n", repr(out)
 resp = stream(api.connect_get_namespaced_pod_exec, "ticker", "default", command=["/bin/sh"],
               stderr=True, stdin=True, stdout=True, tty=False, _preload_content=False)
-resp.write_stdin("echo test string 1
-")
+resp.write_stdin("echo test string 1\n")
 line = resp.readline_stdout(timeout=10)
 assert line == "test string 1", repr(line)
-resp.write_stdin("echo test string 2 >&2
-")
+resp.write_stdin("echo test string 2 >&2\n")
 line = resp.readline_stderr(timeout=10)
 assert line == "test string 2", repr(line)
-resp.write_stdin("exit 7
-")
+resp.write_stdin("exit 7\n")
 resp.run_forever(timeout=10)
 assert resp.returncode == 7, resp.returncode
 resp.close()
