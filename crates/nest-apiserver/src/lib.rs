@@ -199,13 +199,13 @@ impl Connection {
             }
         };
         let user = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| user_from_certificate(c));
-        let activity = limits::Activity::new();
+        let activity = nest_streams::idle::Activity::new();
         let requests = activity.clone();
         let service = service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             let (state, user) = (state.clone(), user.clone());
             request.extensions_mut().insert(handler::Peer(peer));
             // The connection counts as busy until the response's body is sent (a watch: until it ends).
-            let open = limits::OpenRequest::new(&requests);
+            let open = nest_streams::idle::OpenRequest::new(&requests);
             async move {
                 let response = handler::handle(state, user, request).await;
                 let response = response.map(|body| {
@@ -221,7 +221,7 @@ impl Connection {
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
         builder.http2().timer(TokioTimer::new());
-        let io = TokioIo::new(limits::Watched::new(tls, activity.clone()));
+        let io = TokioIo::new(nest_streams::idle::Watched::new(tls, activity.clone()));
         tokio::select! {
             // Upgrades (exec, attach, port-forward) take the connection over; `streams.rs` splices it to a node.
             served = builder.serve_connection_with_upgrades(io, service) => {

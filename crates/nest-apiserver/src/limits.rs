@@ -5,13 +5,9 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use std::time::Duration;
 
 /// The limits, as `nest apiserver`'s flags set them.
 #[derive(Clone, Debug)]
@@ -194,117 +190,6 @@ impl Counters {
     }
 }
 
-/// When a connection last moved a byte, and how many of its requests are open: what the idle timeout reads.
-#[derive(Debug)]
-pub struct Activity {
-    since: Instant,
-    /// Milliseconds after `since`.
-    last: AtomicU64,
-    pub open_requests: AtomicUsize,
-}
-
-impl Activity {
-    pub fn new() -> Arc<Activity> {
-        Arc::new(Activity { since: Instant::now(), last: AtomicU64::new(0), open_requests: AtomicUsize::new(0) })
-    }
-
-    fn touch(&self) {
-        self.last.store(self.since.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    /// Whether nothing has moved for `timeout` and no request is open.
-    pub fn idle_for(&self, timeout: Duration) -> bool {
-        let quiet = self.since.elapsed().saturating_sub(Duration::from_millis(self.last.load(Ordering::Relaxed)));
-        self.open_requests.load(Ordering::SeqCst) == 0 && quiet >= timeout
-    }
-
-    /// Closes the connection (by returning) once it has been idle for `timeout`.
-    pub async fn until_idle(&self, timeout: Duration) {
-        let tick = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        loop {
-            tokio::time::sleep(tick).await;
-            if self.idle_for(timeout) {
-                return;
-            }
-        }
-    }
-}
-
-/// Held while a request's response is being sent on a connection.
-pub struct OpenRequest(Arc<Activity>);
-
-impl OpenRequest {
-    pub fn new(activity: &Arc<Activity>) -> OpenRequest {
-        activity.open_requests.fetch_add(1, Ordering::SeqCst);
-        activity.touch();
-        OpenRequest(activity.clone())
-    }
-}
-
-impl Drop for OpenRequest {
-    fn drop(&mut self) {
-        self.0.touch();
-        self.0.open_requests.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A connection's byte stream, noting in its [`Activity`] when bytes move.
-pub struct Watched<T> {
-    inner: T,
-    activity: Arc<Activity>,
-}
-
-impl<T> Watched<T> {
-    pub fn new(inner: T, activity: Arc<Activity>) -> Watched<T> {
-        Watched { inner, activity }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.activity.touch();
-        }
-        polled
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,15 +215,5 @@ mod tests {
         drop(slots);
         assert!(counters.connect(3).is_some());
         assert!(counters.render().contains("nest_apiserver_connections_closed_total{reason=\"cap\"} 1"));
-    }
-
-    #[test]
-    fn a_connection_with_an_open_request_is_never_idle() {
-        let activity = Activity::new();
-        let open = OpenRequest::new(&activity);
-        assert!(!activity.idle_for(Duration::ZERO));
-        drop(open);
-        assert!(activity.idle_for(Duration::ZERO));
-        assert!(!activity.idle_for(Duration::from_secs(60)));
     }
 }

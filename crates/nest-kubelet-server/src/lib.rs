@@ -12,7 +12,8 @@
 //!
 //! - [`limits`]: [`Limits`], and [`Connections`], which counts what is open against them;
 //! - [`upgrade`]: connections a handler takes over after `101 Switching Protocols` (exec, attach, port-forward);
-//! - `activity` (private): when a connection last moved a byte, for the idle timeout.
+//! - `activity` (private): a response body that keeps its connection busy until it is sent; the idleness itself is
+//!   [`nest_streams::idle`].
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -34,8 +35,9 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::activity::{Activity, Held, OpenRequest, Watched};
+use crate::activity::Held;
 pub use crate::limits::{Closed, Connections, Limits};
+use nest_streams::idle::{Activity, OpenRequest, Watched};
 
 /// The common name of the client certificate the API server presents to nodes.
 pub const API_SERVER_CLIENT: &str = "kube-apiserver-kubelet-client";
@@ -166,7 +168,7 @@ where
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
-            let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
+            let io = TokioIo::new(Watched::new(stream, activity.clone()));
             tokio::select! {
                 _ = builder.serve_connection(io, service).with_upgrades() => {}
                 () = activity.until_idle(limits.idle_timeout) => {

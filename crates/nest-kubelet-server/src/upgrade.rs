@@ -12,8 +12,8 @@ use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::activity::{Activity, Watched};
 use crate::limits::ConnectionSlot;
+use nest_streams::idle::{Activity, Watched};
 
 /// How long an upgraded stream may move no byte before it is closed: the kubelet's default
 /// `--streaming-connection-idle-timeout` (4 hours).
@@ -54,7 +54,7 @@ impl Pending {
     pub async fn stream(self) -> Result<Stream, UpgradeError> {
         let upgraded = self.on.await?;
         let activity = Activity::new();
-        let watched = Watched { inner: TokioIo::new(upgraded), activity: activity.clone() };
+        let watched = Watched::new(TokioIo::new(upgraded), activity.clone());
         Ok(Stream { inner: watched, activity, _slot: self.slot })
     }
 }

@@ -10,7 +10,9 @@
 //!   cAdvisor computes it (`setMemoryStats`), never below zero; `rssBytes` is `anon` (v1: `total_rss`). The node's
 //!   are the machine's, from `/proc/stat` and `/proc/meminfo`, as the kubelet reports its root cgroup; its `fs` is
 //!   the file system of the node's data directory. A container's `rootfs.usedBytes` is what its writable layer's
-//!   upper directory holds ([`crate::process::layer`]), measured as `ephemeral-storage` is.
+//!   upper directory holds ([`crate::process::layer`]), measured as `ephemeral-storage` is, at most once a
+//!   [`crate::process::storage::PERIOD`] ([`Sizes`]): a tenant's millions of files cost one walk a period, however
+//!   often the node is scraped.
 //! - **Rates.** `usageNanoCores` is the rate since the previous read of the same cgroup ([`Rates`]); a cgroup read
 //!   for the first time is read twice, [`FIRST_SAMPLE`] apart, so every answer has it. Nothing runs between
 //!   requests: an idle node pays nothing for this.
@@ -25,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::process::storage;
 use crate::process::tenants::{Hierarchy, Version};
 
 /// How far apart the two reads of a cgroup seen for the first time are, for its CPU rate.
@@ -195,6 +198,34 @@ impl Rates {
     }
 }
 
+/// What each writable layer held at its last walk, kept for a [`storage::PERIOD`] (the kubelet's cAdvisor also
+/// answers from its last `du`). Only the layers of the latest read are kept.
+#[derive(Debug, Default)]
+pub struct Sizes {
+    last: Mutex<HashMap<PathBuf, (Instant, storage::Usage)>>,
+}
+
+impl Sizes {
+    /// What `dir` holds: its walk at most a period before `now`, else a new `walk` of it (kept, as of `now`).
+    pub fn of(&self, dir: &Path, now: Instant, walk: impl FnOnce(&Path) -> storage::Usage) -> storage::Usage {
+        let kept = self.last.lock().unwrap_or_else(|p| p.into_inner()).get(dir).copied();
+        if let Some((at, usage)) = kept
+            && now.saturating_duration_since(at) < storage::PERIOD
+        {
+            return usage;
+        }
+        // Walked without the lock: one slow layer holds up no other request.
+        let usage = walk(dir);
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).insert(dir.to_path_buf(), (now, usage));
+        usage
+    }
+
+    /// Forgets every layer but `keep`'s.
+    pub fn keep_only(&self, keep: &[&Path]) {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).retain(|dir, _| keep.contains(&dir.as_path()));
+    }
+}
+
 /// A CPU reading as the Summary API writes it.
 fn cpu_json(time: &str, cpu_nanoseconds: u64, rate: Option<u64>) -> Value {
     let mut cpu = json!({"time": time, "usageCoreNanoSeconds": cpu_nanoseconds});
@@ -296,8 +327,9 @@ pub struct Read {
 }
 
 /// Reads the statistics of the node `node` (keeping its files in `data_dir`) and of `pods` from `layout`, with rates
-/// from `rates`. Blocking (files, and a walk of each writable layer): call off the async threads.
-pub fn read(node: &str, data_dir: &Path, layout: Option<&Layout>, pods: &[Pod], rates: &Rates) -> Read {
+/// from `rates` and writable layers' sizes from `sizes`. Blocking (files, and a walk of each writable layer not walked
+/// for a period): call off the async threads.
+pub fn read(node: &str, data_dir: &Path, layout: Option<&Layout>, pods: &[Pod], rates: &Rates, sizes: &Sizes) -> Read {
     let cgroups = pods.iter().flat_map(|pod| {
         let parent = pod.containers.first().and_then(|c| c.cgroup.parent()).map(Path::to_path_buf);
         parent.into_iter().chain(pod.containers.iter().map(|c| c.cgroup.clone()))
@@ -309,8 +341,10 @@ pub fn read(node: &str, data_dir: &Path, layout: Option<&Layout>, pods: &[Pod], 
         std::thread::sleep(FIRST_SAMPLE);
     }
     rates.keep_only(&keys);
+    let layers: Vec<&Path> = pods.iter().flat_map(|p| &p.containers).filter_map(|c| c.upper.as_deref()).collect();
+    sizes.keep_only(&layers);
     let mut errors = Vec::new();
-    let pods: Vec<Value> = pods.iter().filter_map(|pod| pod_stats(layout, pod, rates, &mut errors)).collect();
+    let pods: Vec<Value> = pods.iter().filter_map(|pod| pod_stats(layout, pod, rates, sizes, &mut errors)).collect();
     let time = crate::rfc3339_now();
     let proc_stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let mut node = json!({"nodeName": node, "startTime": boot_time(&proc_stat).unwrap_or_else(|| time.clone())});
@@ -348,7 +382,13 @@ fn sample(layout: Option<&Layout>, pods: &[Pod], rates: &Rates) {
 }
 
 /// The Summary API's `PodStats` of `pod`; `None` (and why in `errors`) when its cgroup cannot be read.
-fn pod_stats(layout: Option<&Layout>, pod: &Pod, rates: &Rates, errors: &mut Vec<String>) -> Option<Value> {
+fn pod_stats(
+    layout: Option<&Layout>,
+    pod: &Pod,
+    rates: &Rates,
+    sizes: &Sizes,
+    errors: &mut Vec<String>,
+) -> Option<Value> {
     let Some(layout) = layout else {
         errors.push("no cgroup hierarchy with memory and CPU accounting".into());
         return None;
@@ -371,7 +411,7 @@ fn pod_stats(layout: Option<&Layout>, pod: &Pod, rates: &Rates, errors: &mut Vec
             "memory": usage.memory.to_json(&time),
         });
         if let Some(upper) = &container.upper {
-            let used = crate::process::storage::measure(upper, crate::process::storage::MAX_ENTRIES);
+            let used = sizes.of(upper, Instant::now(), |dir| storage::measure(dir, storage::MAX_ENTRIES));
             stats["rootfs"] = json!({"time": time, "usedBytes": used.bytes, "inodesUsed": used.entries});
         }
         containers.push(stats);
@@ -512,11 +552,12 @@ pub(crate) fn running_pods(runtime: &crate::process::Runtime) -> Vec<Pod> {
 pub(crate) struct Stats {
     pub layout: Option<Layout>,
     pub rates: Arc<Rates>,
+    pub sizes: Arc<Sizes>,
 }
 
 impl Stats {
     pub(crate) fn new() -> Stats {
-        Stats { layout: Layout::discover(), rates: Arc::new(Rates::default()) }
+        Stats { layout: Layout::discover(), rates: Arc::default(), sizes: Arc::default() }
     }
 }
 
@@ -536,8 +577,10 @@ pub(crate) async fn answer(
         pods.iter_mut().flat_map(|pod| pod.containers.iter_mut()).for_each(|container| container.upper = None);
     }
     let (node, data_dir) = (context.options.name.clone(), context.options.process.data_dir.clone());
-    let (layout, rates) = (context.stats.layout.clone(), context.stats.rates.clone());
-    let read = tokio::task::spawn_blocking(move || read(&node, &data_dir, layout.as_ref(), &pods, &rates)).await;
+    let (layout, rates, sizes) =
+        (context.stats.layout.clone(), context.stats.rates.clone(), context.stats.sizes.clone());
+    let read =
+        tokio::task::spawn_blocking(move || read(&node, &data_dir, layout.as_ref(), &pods, &rates, &sizes)).await;
     let Ok(read) = read else {
         return nest_kubelet_server::text(StatusCode::INTERNAL_SERVER_ERROR, "reading the statistics failed\n");
     };

@@ -10,7 +10,8 @@
 //!   protocol negotiation;
 //! - [`remotecommand`]: exec and attach sessions: stdin, stdout, stderr, resize, and the error channel's `Status`;
 //! - [`spdy`]: SPDY/3.1 frames and header blocks, a server's [`spdy::session`] of streams, and exec over it;
-//! - [`portforward`]: port-forward over SPDY, over SPDY tunnelled in a WebSocket ([`tunnel`]), and over channels.
+//! - [`portforward`]: port-forward over SPDY, over SPDY tunnelled in a WebSocket ([`tunnel`]), and over channels;
+//! - [`idle`]: a connection's idleness, which the API server's port and the kubelet API's both close on.
 //!
 //! Everything read from a client is bounded (a message by [`handshake::MAX_MESSAGE`], a SPDY frame by
 //! [`spdy::MAX_FRAME`], streams and queues by count or bytes): a hostile peer's garbage ends its own connection with
@@ -21,6 +22,7 @@
 
 pub mod channel;
 pub mod handshake;
+pub mod idle;
 pub mod portforward;
 pub mod remotecommand;
 pub mod spdy;

@@ -155,7 +155,7 @@ fn a_summary_lists_each_running_container_and_its_pod_and_the_metrics_name_them_
     };
     let rates = Rates::default();
     let layout = Layout::V2(root.path().to_path_buf());
-    let read = read("node-0", root.path(), Some(&layout), std::slice::from_ref(&pod), &rates);
+    let read = read("node-0", root.path(), Some(&layout), std::slice::from_ref(&pod), &rates, &Sizes::default());
     assert!(read.errors.is_empty(), "{:?}", read.errors);
     let summary = &read.summary;
     assert_eq!(summary["node"]["nodeName"], "node-0");
@@ -202,7 +202,32 @@ fn a_container_whose_cgroup_is_gone_is_left_out_and_counted_as_an_error() {
         containers: vec![Container { name: "c".into(), started: None, cgroup: "pods/u/c".into(), upper: None }],
     };
     let layout = Layout::V2(root.path().to_path_buf());
-    let read = read("node-0", root.path(), Some(&layout), &[pod], &Rates::default());
+    let read = read("node-0", root.path(), Some(&layout), &[pod], &Rates::default(), &Sizes::default());
     assert_eq!(read.errors.len(), 1, "{:?}", read.errors);
     assert_eq!(read.summary["pods"][0]["containers"], json!([]));
+}
+
+#[test]
+fn a_writable_layer_is_walked_at_most_once_a_period_however_often_it_is_asked_and_forgotten_once_gone() {
+    let (sizes, layer, other) = (Sizes::default(), Path::new("/layers/a"), Path::new("/layers/b"));
+    let start = Instant::now();
+    let walks = std::cell::Cell::new(0u64);
+    let walk = |held: u64| {
+        let walks = &walks;
+        move |_: &Path| {
+            walks.set(walks.get() + 1);
+            storage::Usage { bytes: held, entries: 1, incomplete: false }
+        }
+    };
+    assert_eq!(sizes.of(layer, start, walk(10)).bytes, 10);
+    for second in 1..10 {
+        let asked = sizes.of(layer, start + Duration::from_secs(second), walk(99));
+        assert_eq!(asked.bytes, 10, "within the period: the last walk's");
+    }
+    assert_eq!(walks.get(), 1);
+    assert_eq!(sizes.of(layer, start + storage::PERIOD, walk(20)).bytes, 20, "a period on: walked again");
+    assert_eq!(sizes.of(other, start, walk(5)).bytes, 5);
+    sizes.keep_only(&[other]);
+    assert_eq!(sizes.of(layer, start + storage::PERIOD, walk(30)).bytes, 30, "a forgotten layer is walked anew");
+    assert_eq!(walks.get(), 4);
 }

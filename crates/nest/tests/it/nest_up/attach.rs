@@ -54,7 +54,7 @@ ready, typed, seconds = sys.argv[1].encode(), json.loads(sys.argv[2]), float(sys
 pid, fd = pty.fork()
 if pid == 0:
     os.execvp(sys.argv[4], sys.argv[4:])
-out, start, sent = b"", time.time(), False
+out, start, sent, ended = b"", time.time(), False, False
 while time.time() - start < seconds:
     if not sent and ready in out:
         time.sleep(1)
@@ -67,11 +67,17 @@ while time.time() - start < seconds:
         try:
             data = os.read(fd, 65536)
         except OSError:
-            break
+            data = b""
         if not data:
+            ended = True
             break
         out += data
+# The terminal closes as kubectl exits, a moment before it can be waited for: a few seconds' grace then.
 done, status = os.waitpid(pid, os.WNOHANG)
+grace = time.time() + 5
+while ended and done == 0 and time.time() < grace:
+    time.sleep(0.1)
+    done, status = os.waitpid(pid, os.WNOHANG)
 if done == 0:
     os.kill(pid, 9)
     os.waitpid(pid, 0)
