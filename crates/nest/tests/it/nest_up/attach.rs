@@ -49,10 +49,12 @@ fn in_terminal_with(
     seconds: u64,
 ) -> (String, Option<i32>) {
     let script = r#"
-import os, pty, select, sys, time, json
+import fcntl, os, pty, select, struct, sys, termios, time, json
 ready, typed, seconds = sys.argv[1].encode(), json.loads(sys.argv[2]), float(sys.argv[3])
 pid, fd = pty.fork()
 if pid == 0:
+    # A terminal of a size, as a user's window has: 45 rows of 123 columns.
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 45, 123, 0, 0))
     os.execvp(sys.argv[4], sys.argv[4:])
 out, start, sent, ended = b"", time.time(), False, False
 while time.time() - start < seconds:
@@ -239,6 +241,12 @@ spec:
         let asked: Vec<&str> = shown.lines().filter(|l| l.contains("\"Request\"") && l.contains("/attach")).collect();
         assert!(!asked.is_empty() && asked.iter().all(|l| l.contains("verb=\"POST\"")), "not SPDY: {shown}");
         assert!(shown.contains("status=\"101 Switching Protocols\""), "{shown}");
+    });
+    cases.case("exec -it: a shell in a terminal of the client's size", || {
+        let (shown, code) =
+            in_terminal(admin, cache, &["exec", "-it", "ticker", "--", "sh"], "/ #", "stty size\rexit\r", 30);
+        assert!(shown.contains("45 123"), "{shown}");
+        assert_eq!(code, Some(0), "{shown}");
     });
     cases.case("attach without -i streams the running container's output", || {
         let (shown, _) = in_terminal(admin, cache, &["attach", "ticker"], "", "", 5);

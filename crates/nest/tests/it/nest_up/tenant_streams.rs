@@ -104,6 +104,18 @@ fn entering_cases(platform: &Platform, cases: &mut Cases) {
         assert!(shown.contains("marker-42"), "{shown}");
         assert_eq!(code, None, "attach stays until detached: {shown}");
     });
+    cases.case("exec -it a shell in a tenant pod: a terminal of the client's size", || {
+        let (shown, code) = super::attach::in_terminal(
+            demo,
+            cache,
+            &["exec", "-it", "ticker", "--", "sh"],
+            "/ #",
+            "stty size\rexit\r",
+            30,
+        );
+        assert!(shown.contains("45 123"), "{shown}");
+        assert_eq!(code, Some(0), "{shown}");
+    });
     for (transport, websockets, method) in [("SPDY in WebSocket", "true", "GET"), ("plain SPDY", "false", "POST")] {
         cases.case(&format!("kubectl port-forward ({transport}) to a tenant's nginx serves its page"), || {
             let env = [("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)];
