@@ -15,9 +15,8 @@ use nest_kubelet_server::Body;
 use nest_streams::remotecommand::{Options, Outcome};
 
 use crate::Context;
-use crate::process::NotRunning;
 use crate::process::stdio::Refusal;
-use crate::streaming::{status, upgrade_of};
+use crate::streaming::{not_running, status, upgrade_of};
 
 /// Reads `/attach`'s query: the kubelet's names (`input`, `output`, `error`, `tty`), as `NewOptions` reads them.
 fn attach_options(query: &str) -> Result<Options, String> {
@@ -59,16 +58,7 @@ pub(crate) async fn attach(
     };
     let stdio = match run.attachable(container) {
         Ok(stdio) => stdio,
-        Err(NotRunning::NoSuchContainer) => {
-            return status(StatusCode::NOT_FOUND, "NotFound", format!("container not found ({container:?})"));
-        }
-        Err(NotRunning::NotRunning) => {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!("container {container:?} in pod {pod:?} is not running"),
-            );
-        }
+        Err(not) => return not_running(not, pod, container),
     };
     // The streams are the client's to open, as its query names them (the kubelet's `createStreams` waits for
     // those); whether the process has a terminal is the container's to say, not the client's (the kubelet's

@@ -29,6 +29,21 @@ use crate::process::NotRunning;
 const MAX_COMMAND_ARGS: usize = 4096;
 const MAX_COMMAND_BYTES: usize = 256 << 10;
 
+/// The kubelet's answer for a stream into `pod`'s container `container` that cannot be entered: 404 when the pod has
+/// no such container, 400 when it does not run (upstream's words for both).
+pub(crate) fn not_running(not: NotRunning, pod: &str, container: &str) -> Response<Body> {
+    match not {
+        NotRunning::NoSuchContainer => {
+            status(StatusCode::NOT_FOUND, "NotFound", format!("container not found ({container:?})"))
+        }
+        NotRunning::NotRunning => status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("container {container:?} in pod {pod:?} is not running"),
+        ),
+    }
+}
+
 /// A `Status` answer, as the kubelet writes its streaming errors (`streaming.WriteError`).
 pub(crate) fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response<Body> {
     let message = message.into();
@@ -102,16 +117,7 @@ pub(crate) async fn exec(
     };
     let sandbox = match run.running_sandbox(container) {
         Ok(sandbox) => sandbox,
-        Err(NotRunning::NoSuchContainer) => {
-            return status(StatusCode::NOT_FOUND, "NotFound", format!("container not found ({container:?})"));
-        }
-        Err(NotRunning::NotRunning) => {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!("container {container:?} in pod {pod:?} is not running"),
-            );
-        }
+        Err(not) => return not_running(not, pod, container),
     };
     let upgrade = match upgrade_of(request.headers()) {
         Ok(upgrade) => upgrade,
