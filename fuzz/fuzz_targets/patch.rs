@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nest_apiserver::body::{apply_patch, parse_patch};
+use nest_codec::{apply_patch, parse_patch};
 
 fuzz_target!(|data: &[u8]| {
     let Some(split) = data.iter().position(|&b| b == 0) else { return };

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nest_apiserver::body::decode_object;
+use nest_codec::decode_object;
 use nest_registry::admission::pod_security::standards::{Level, PodView, describe, evaluate};
 use nest_registry::{Catalog, Resource};
 

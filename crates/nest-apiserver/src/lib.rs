@@ -11,7 +11,6 @@
 pub mod audit;
 pub mod auth;
 pub mod authz;
-pub mod body;
 pub mod certificates;
 pub mod certs;
 pub mod discovery;
@@ -23,7 +22,6 @@ pub mod node_authz;
 pub mod openapi;
 mod openapi_v2;
 pub mod port_forward;
-pub mod protobuf;
 pub mod reviews;
 pub mod streams;
 pub mod table;

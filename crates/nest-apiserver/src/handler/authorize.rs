@@ -13,7 +13,7 @@ use super::body::content_type;
 use super::route::{Target, asks_to_watch};
 use crate::auth::User;
 use crate::authz::Action;
-use crate::body::{apply_patch, decode_object, parse_patch};
+use nest_codec::{apply_patch, decode_object, parse_patch};
 
 /// Authorizes a request to a path that is not a resource (`/api`, `/metrics`): its method is the verb, HEAD a
 /// `get`.

@@ -1,5 +1,5 @@
 //! Reading a request's body off the wire, within the configured limit. Decoding it (JSON, YAML, protobuf, patches)
-//! is [`crate::body`]'s.
+//! is [`nest_codec`]'s.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};

@@ -4,7 +4,7 @@
 use nest_registry::{ApiError, DeleteOptions, ListOptions, Resource, Result};
 use serde_json::{Value, json};
 
-use crate::body::{decode_object, parse_json};
+use nest_codec::{decode_object, parse_json};
 
 /// Decoded query parameters, in the order sent; a repeated key's last value counts.
 #[derive(Default, Debug)]

@@ -11,7 +11,7 @@ use super::response::json_response;
 use super::route::Target;
 use super::{Body, State};
 use crate::auth::User;
-use crate::body::decode_object;
+use nest_codec::decode_object;
 
 /// The answer to a review `user` creates; `None` when the request is no review.
 pub(super) async fn answer(

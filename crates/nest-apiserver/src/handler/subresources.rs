@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::Body;
 use super::response::json_response;
 use super::verbs::ResourceRequest;
-use crate::body::{Patch, apply_patch, decode_object, parse_patch};
+use nest_codec::{Patch, apply_patch, decode_object, parse_patch};
 
 /// A subresource the server answers itself.
 pub(super) struct ServerOwned {

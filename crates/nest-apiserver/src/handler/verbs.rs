@@ -15,7 +15,7 @@ use super::query::Query;
 use super::response::{json_bytes_response, json_response, with_warnings};
 use super::route::Target;
 use super::{Body, State, apply, subresources, watch};
-use crate::body::{Patch, apply_patch, decode_object, parse_patch};
+use nest_codec::{Patch, apply_patch, decode_object, parse_patch};
 
 /// A request to a resource, read: what every verb needs.
 pub(super) struct ResourceRequest<'a> {

@@ -1,6 +1,8 @@
-//! Request bodies: objects in JSON, YAML or protobuf ([`crate::protobuf`]), and patches. Everything a client sends
-//! passes through here before the registry sees it; every failure is a 4xx [`ApiError`]. `fuzz/` feeds these
-//! functions arbitrary input.
+//! Request bodies: objects in JSON, YAML or protobuf ([`protobuf`]), and patches. Everything a client sends passes
+//! through here before the registry sees it; every failure is a 4xx [`ApiError`]. `fuzz/` feeds these functions
+//! arbitrary input; they are a crate of their own so that it links them without the server around them.
+
+pub mod protobuf;
 
 use nest_registry::patch::{json_patch, merge_patch};
 use nest_registry::{ApiError, Result};
@@ -15,7 +17,7 @@ pub fn parse_json(bytes: &[u8]) -> Result<Value> {
 pub fn decode_object(content_type: &str, bytes: &[u8]) -> Result<Value> {
     match content_type {
         "" | "application/json" | "*/*" => parse_json(bytes),
-        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(bytes),
+        "application/vnd.kubernetes.protobuf" => protobuf::decode(bytes),
         "application/yaml" => {
             let value: Value = serde_norway::from_slice(bytes)
                 .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?;
