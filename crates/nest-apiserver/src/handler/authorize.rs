@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use hyper::Method;
+use nest_codec::{apply_patch, decode_object, parse_patch};
 use nest_registry::Result;
 use serde_json::Value;
 
@@ -13,7 +14,6 @@ use super::body::content_type;
 use super::route::{Target, asks_to_watch};
 use crate::auth::User;
 use crate::authz::Action;
-use nest_codec::{apply_patch, decode_object, parse_patch};
 
 /// Authorizes a request to a path that is not a resource (`/api`, `/metrics`): its method is the verb, HEAD a
 /// `get`.

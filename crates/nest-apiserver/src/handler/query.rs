@@ -1,10 +1,9 @@
 //! Query parameters: decoding them, and reading the options they carry (list options, `dryRun`,
 //! `fieldValidation`, `fieldManager`, delete options).
 
+use nest_codec::{decode_object, parse_json};
 use nest_registry::{ApiError, DeleteOptions, ListOptions, Resource, Result};
 use serde_json::{Value, json};
-
-use nest_codec::{decode_object, parse_json};
 
 /// Decoded query parameters, in the order sent; a repeated key's last value counts.
 #[derive(Default, Debug)]

@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use hyper::{Method, Response, StatusCode};
+use nest_codec::decode_object;
 use nest_registry::Result;
 use serde_json::json;
 
@@ -11,7 +12,6 @@ use super::response::json_response;
 use super::route::Target;
 use super::{Body, State};
 use crate::auth::User;
-use nest_codec::decode_object;
 
 /// The answer to a review `user` creates; `None` when the request is no review.
 pub(super) async fn answer(

@@ -7,6 +7,7 @@
 
 use futures_util::future::BoxFuture;
 use hyper::{Method, Response, StatusCode};
+use nest_codec::{Patch, apply_patch, decode_object, parse_patch};
 use nest_registry::scale::scale_of;
 use nest_registry::{ResourceInfo, Result, Subresource};
 use serde_json::Value;
@@ -14,7 +15,6 @@ use serde_json::Value;
 use super::Body;
 use super::response::json_response;
 use super::verbs::ResourceRequest;
-use nest_codec::{Patch, apply_patch, decode_object, parse_patch};
 
 /// A subresource the server answers itself.
 pub(super) struct ServerOwned {

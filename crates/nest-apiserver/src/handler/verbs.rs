@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use hyper::{Method, Response, StatusCode};
+use nest_codec::{Patch, apply_patch, decode_object, parse_patch};
 use nest_registry::{ApiError, ResourceInfo, Result, Subresource};
 use serde_json::{Value, json};
 
@@ -15,7 +16,6 @@ use super::query::Query;
 use super::response::{json_bytes_response, json_response, with_warnings};
 use super::route::Target;
 use super::{Body, State, apply, subresources, watch};
-use nest_codec::{Patch, apply_patch, decode_object, parse_patch};
 
 /// A request to a resource, read: what every verb needs.
 pub(super) struct ResourceRequest<'a> {
