@@ -201,8 +201,16 @@ impl Cases {
     }
 
     /// Runs `check`; a panic in it (a failed assertion, an `eventually` that timed out) is recorded under `name`.
+    /// How long it took goes to the test's output (shown when the test fails, or with `--nocapture`).
     pub fn case(&mut self, name: &str, check: impl FnOnce()) {
-        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+        let began = Instant::now();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check));
+        eprintln!(
+            "case {name:?}: {} in {:.1} s",
+            if outcome.is_ok() { "passed" } else { "failed" },
+            began.elapsed().as_secs_f64()
+        );
+        if let Err(panic) = outcome {
             let message = panic
                 .downcast_ref::<String>()
                 .map(String::as_str)

@@ -284,7 +284,9 @@ fn an_etcd_backed_control_plane_scales_repairs_and_upgrades_in_order() {
         "-p",
         r#"{"spec":{"components":{"etcd":{"replicas":5},"apiServer":{"replicas":3}}}}"#,
     ]);
-    eventually(60, "three API servers ready", || status_of(&server, "nkas", "gamma", "readyReplicas") == "3");
+    // One at a time, each ready before the next starts: on two busy cores (CI builds and fuzzes beside it) this has
+    // taken over a minute.
+    eventually(180, "three API servers ready", || status_of(&server, "nkas", "gamma", "readyReplicas") == "3");
     eventually(30, "the etcd change refused", || {
         let etcd = server.json(&["get", "netcd", "gamma"]);
         etcd["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
