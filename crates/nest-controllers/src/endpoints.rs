@@ -1,7 +1,8 @@
 //! Endpoints and EndpointSlices, after kube-controller-manager's `endpoint` and `endpointslice` controllers (1.33):
 //! for every Service with a selector, the pods it selects that have an IP — ready ones as addresses, the others as
 //! not-ready addresses — with the Service's ports resolved against each pod (a named `targetPort` is looked up in the
-//! pod's container ports). The Endpoints object has the Service's name; the one EndpointSlice per Service is found
+//! pod's container ports), and the pod's `hostname` where it names the Service as its `subdomain`. The Endpoints
+//! object has the Service's name; the one EndpointSlice per Service is found
 //! by its `kubernetes.io/service-name` label. Both are owned by the Service, so the garbage collector removes them
 //! with it.
 
@@ -132,7 +133,18 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
             .collect();
         let key = serde_json::to_string(&resolved).unwrap_or_default();
         let entry = subsets.entry(key).or_insert_with(|| (Vec::new(), Vec::new(), resolved.clone()));
-        let address = json!({"ip": ip, "nodeName": node, "targetRef": target});
+        // The pod's own DNS name under the Service (`db-0.db`), as upstream sets it: the pod names a hostname and
+        // this Service as its subdomain (a StatefulSet's pods do).
+        let hostname = pod
+            .spec
+            .as_ref()
+            .filter(|s| s.subdomain.as_deref() == Some(name.as_str()))
+            .and_then(|s| s.hostname.clone())
+            .filter(|h| !h.is_empty());
+        let mut address = json!({"ip": ip, "nodeName": node, "targetRef": target});
+        if let Some(hostname) = &hostname {
+            address["hostname"] = json!(hostname);
+        }
         if is_ready(pod) {
             entry.0.push(address)
         } else {
@@ -141,10 +153,14 @@ async fn reconcile(service: Arc<Service>, context: Arc<Context>) -> Result<Actio
         if slice_ports.is_empty() {
             slice_ports = resolved.clone();
         }
-        slice_endpoints.push(json!({
+        let mut endpoint = json!({
             "addresses": [ip], "nodeName": node, "targetRef": target,
             "conditions": {"ready": is_ready(pod), "serving": is_ready(pod), "terminating": false},
-        }));
+        });
+        if let Some(hostname) = hostname {
+            endpoint["hostname"] = json!(hostname);
+        }
+        slice_endpoints.push(endpoint);
     }
     let subsets: Vec<Value> = subsets
         .into_values()

@@ -522,6 +522,36 @@ fn services_get_endpoints_and_endpoint_slices_of_their_pods() {
     assert_eq!(endpoints.len(), 2);
     assert!(endpoints.iter().all(|e| e["conditions"]["ready"] == true), "{endpoints:?}");
 
+    // A pod naming the Service as its subdomain is known under the Service by its hostname (`db-0.web`, as a
+    // StatefulSet's pods are); one naming another subdomain is not.
+    for (name, subdomain) in [("named", "web"), ("elsewhere", "other")] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": name, "labels": {"app": "web"}},
+                         "spec": {"hostname": format!("{name}-0"), "subdomain": subdomain,
+                                  "containers": [{"name": "web", "image": "nginx", "ports": [{"containerPort": 8080}]}]}});
+        server.apply_manifest(&pod.to_string());
+    }
+    eventually(30, "four addresses", || addresses().0 == 4);
+    let hostnames = || {
+        let endpoints = server.json(&["get", "endpoints", "web"]);
+        let slices = server.json(&["get", "endpointslices", "-l", "kubernetes.io/service-name=web"]);
+        let of = |list: &Value| -> Vec<(String, String)> {
+            let mut named: Vec<(String, String)> = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| Some((a["targetRef"]["name"].as_str()?.into(), a["hostname"].as_str()?.into())))
+                .collect();
+            named.sort();
+            named
+        };
+        (of(&endpoints["subsets"][0]["addresses"]), of(&slices["items"][0]["endpoints"]))
+    };
+    let wanted = vec![("named".to_string(), "named-0".to_string())];
+    let both = (wanted.clone(), wanted);
+    eventually(30, "named's hostname in the Endpoints and the EndpointSlice", || hostnames() == both);
+    server.ok(&["delete", "pod", "named", "elsewhere"]);
+
     server.ok(&["scale", "deployment", "web", "--replicas=3"]);
     eventually(30, "three addresses", || addresses().0 == 3);
     server.ok(&["delete", "service", "web"]);
